@@ -1,0 +1,304 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU state from NVML (nvidia-ml-py) or the nvidia-smi CSV interface, as one model.
+
+Each backend returns, per GPU, a plain dict:
+  index, uuid, name, memory_used_mib, memory_total_mib, memory_reserved_mib (NVML v2 only),
+  processes [{pid, name, used_mib, type, mig_device}], mig_mode, health {...}, problems [...]
+so everything above this file (the idle check, the callback) sees one shape.
+"""
+
+from __future__ import annotations
+
+import csv
+
+MIB = 1024 * 1024
+
+# nvidia-smi writes these for values a GPU does not support or cannot report
+_NA = ("", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]")
+
+_SMI_BASE = ("index", "uuid", "name", "memory.used", "memory.total")
+_SMI_HEALTH = ("ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
+               "mig.mode.current", "mig.mode.pending")
+_SMI_APPS = ("gpu_uuid", "pid", "process_name", "used_memory")
+_SMI_REMAP = ("gpu_uuid", "remapped_rows.pending", "remapped_rows.failure")
+
+_NO_DRIVER_HINTS = ("couldn't communicate with the nvidia driver", "no devices were found",
+                    "driver not loaded", "nvml: driver/library version mismatch")
+
+
+class GpuError(Exception):
+    """The GPU state could not be read."""
+
+
+class NoDriverError(GpuError):
+    """There is no NVIDIA driver or GPU on this host."""
+
+
+def _na(value):
+    return value is None or str(value).strip().lower() in _NA
+
+
+def _int(value):
+    if _na(value):
+        return None
+    try:
+        return int(float(str(value).strip()))
+    except ValueError:
+        return None
+
+
+def _flag(value):
+    """nvidia-smi yes/no/0/1 → bool, None when unsupported."""
+    if _na(value):
+        return None
+    text = str(value).strip().lower()
+    if text in ("yes", "1", "true", "pending"):
+        return True
+    if text in ("no", "0", "false"):
+        return False
+    return None
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def new_gpu(index, uuid, name, used, total, reserved=None):
+    return {
+        "index": index, "uuid": uuid, "name": name,
+        "memory_used_mib": used, "memory_total_mib": total, "memory_reserved_mib": reserved,
+        "processes": [], "mig_mode": None, "mig_devices": [],
+        "health": {"ecc_uncorrected_volatile": None, "retired_pages_pending": None,
+                   "remapped_rows_pending": None, "remapped_rows_failure": None,
+                   "mig_mode_pending": None},
+    }
+
+
+def health_problems(gpu):
+    """Human-readable reasons this GPU is unhealthy; empty when healthy or unknown."""
+    health, problems = gpu["health"], []
+    if health.get("ecc_uncorrected_volatile"):
+        problems.append("%d uncorrected volatile ECC errors" % health["ecc_uncorrected_volatile"])
+    if health.get("remapped_rows_pending"):
+        problems.append("row remapping pending (reset the GPU)")
+    if health.get("remapped_rows_failure"):
+        problems.append("row remapping failed (the GPU needs service)")
+    if health.get("retired_pages_pending"):
+        problems.append("page retirement pending (reset the GPU)")
+    pending = health.get("mig_mode_pending")
+    if pending is not None and gpu.get("mig_mode") is not None and pending != gpu["mig_mode"]:
+        problems.append("MIG mode change pending (%s -> %s; reset the GPU)" % (gpu["mig_mode"], pending))
+    return problems
+
+
+class NvmlBackend(object):
+    """NVML through nvidia-ml-py (`import pynvml`): microseconds per query."""
+
+    name = "nvml"
+
+    def __init__(self, pynvml):
+        self.nv = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NoDriverError("NVML could not be initialised: %s" % exc)
+        self._handles = {}
+
+    def close(self):
+        try:
+            self.nv.nvmlShutdown()
+        except self.nv.NVMLError:
+            pass
+
+    def indices(self):
+        return list(range(self.nv.nvmlDeviceGetCount()))
+
+    def _handle(self, index):
+        if index not in self._handles:
+            self._handles[index] = self.nv.nvmlDeviceGetHandleByIndex(index)
+        return self._handles[index]
+
+    def _optional(self, func, *args):
+        """Call an NVML query that some GPUs do not support; None when unsupported."""
+        try:
+            return func(*args)
+        except self.nv.NVMLError:
+            return None
+
+    def _memory(self, handle):
+        nv = self.nv
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                info = nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+                return info.used // MIB, info.total // MIB, getattr(info, "reserved", 0) // MIB
+            except (TypeError, nv.NVMLError):
+                pass
+        info = nv.nvmlDeviceGetMemoryInfo(handle)
+        return info.used // MIB, info.total // MIB, None
+
+    def _process_name(self, pid):
+        name = self._optional(self.nv.nvmlSystemGetProcessName, pid)
+        return _text(name) if name else ""
+
+    def _processes(self, handle, mig_device=None):
+        found = []
+        for kind, func in (("compute", self.nv.nvmlDeviceGetComputeRunningProcesses),
+                           ("graphics", self.nv.nvmlDeviceGetGraphicsRunningProcesses)):
+            for proc in self._optional(func, handle) or []:
+                used = getattr(proc, "usedGpuMemory", None)
+                found.append({"pid": int(proc.pid), "name": self._process_name(proc.pid),
+                              "used_mib": None if used is None else used // MIB,
+                              "type": kind, "mig_device": mig_device})
+        return found
+
+    def snapshot(self, indices, health=True):  # pylint: disable=unused-argument
+        """Every figure, health included: NVML queries cost microseconds."""
+        nv, gpus = self.nv, []
+        for index in indices:
+            handle = self._handle(index)
+            used, total, reserved = self._memory(handle)
+            gpu = new_gpu(index, _text(nv.nvmlDeviceGetUUID(handle)), _text(nv.nvmlDeviceGetName(handle)),
+                          used, total, reserved)
+            gpu["processes"] = self._processes(handle)
+            health = gpu["health"]
+            health["ecc_uncorrected_volatile"] = self._optional(
+                nv.nvmlDeviceGetTotalEccErrors, handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                nv.NVML_VOLATILE_ECC)
+            rows = self._optional(nv.nvmlDeviceGetRemappedRows, handle)
+            if rows is not None:
+                health["remapped_rows_pending"] = bool(rows[2])
+                health["remapped_rows_failure"] = bool(rows[3])
+            pages = self._optional(nv.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+            if pages is not None:
+                health["retired_pages_pending"] = bool(pages)
+            mig = self._optional(nv.nvmlDeviceGetMigMode, handle)
+            if mig is not None:
+                current, pending = mig
+                gpu["mig_mode"] = "enabled" if current else "disabled"
+                health["mig_mode_pending"] = "enabled" if pending else "disabled"
+                if current:
+                    self._mig_devices(handle, gpu)
+            gpus.append(gpu)
+        return gpus
+
+    def _mig_devices(self, handle, gpu):
+        """Under MIG, processes live on the MIG devices, not on the parent: look at each instance."""
+        nv = self.nv
+        count = self._optional(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+        for slot in range(count):
+            mig = self._optional(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+            if mig is None:
+                continue
+            used, total, _reserved = self._memory(mig)
+            procs = self._processes(mig, mig_device=slot)
+            gpu["mig_devices"].append({"index": slot, "uuid": _text(nv.nvmlDeviceGetUUID(mig)),
+                                       "memory_used_mib": used, "memory_total_mib": total,
+                                       "processes": [p["pid"] for p in procs]})
+            gpu["processes"].extend(procs)
+
+
+class SmiBackend(object):
+    """nvidia-smi, through its stable CSV query interface only (about 20 ms a call)."""
+
+    name = "nvidia_smi"
+
+    def __init__(self, run, binary):
+        """run(argv) -> (rc, stdout, stderr); binary: the nvidia-smi path."""
+        self.run = run
+        self.binary = binary
+        self._health = True   # drop the health fields once this nvidia-smi refuses them
+        self._remap = True
+
+    def close(self):
+        pass
+
+    def _query(self, option, fields, allow_fail=False):
+        argv = [self.binary, "%s=%s" % (option, ",".join(fields)), "--format=csv,noheader,nounits"]
+        rc, out, err = self.run(argv)
+        if rc != 0:
+            text = ("%s %s" % (out, err)).strip()
+            if any(hint in text.lower() for hint in _NO_DRIVER_HINTS):
+                raise NoDriverError("nvidia-smi: %s" % text)
+            if allow_fail:
+                return None
+            raise GpuError("%s failed (rc=%d): %s" % (" ".join(argv), rc, text))
+        return [[cell.strip() for cell in row] for row in csv.reader(out.splitlines()) if row]
+
+    def _gpu_rows(self, health):
+        if health and self._health:
+            rows = self._query("--query-gpu", _SMI_BASE + _SMI_HEALTH, allow_fail=True)
+            if rows is not None:
+                return rows
+            self._health = False
+        return self._query("--query-gpu", _SMI_BASE)
+
+    def indices(self):
+        return [int(row[0]) for row in self._query("--query-gpu", ("index",))]
+
+    def snapshot(self, indices, health=True):
+        """health=False reads only memory and processes (two calls), for fast polling."""
+        wanted = set(indices)
+        gpus, by_uuid = [], {}
+        for row in self._gpu_rows(health):
+            index = int(row[0])
+            if index not in wanted:
+                continue
+            gpu = new_gpu(index, row[1], row[2], _int(row[3]), _int(row[4]))
+            if len(row) >= len(_SMI_BASE) + len(_SMI_HEALTH):
+                ecc, pages, mig, mig_pending = row[5:9]
+                gpu["health"]["ecc_uncorrected_volatile"] = _int(ecc)
+                gpu["health"]["retired_pages_pending"] = _flag(pages)
+                gpu["mig_mode"] = None if _na(mig) else mig.strip().lower()
+                gpu["health"]["mig_mode_pending"] = None if _na(mig_pending) else mig_pending.strip().lower()
+            gpus.append(gpu)
+            by_uuid[gpu["uuid"]] = gpu
+        if health and self._remap:
+            rows = self._query("--query-remapped-rows", _SMI_REMAP, allow_fail=True)
+            if rows is None:
+                self._remap = False
+            for row in rows or []:
+                if len(row) >= 3 and row[0] in by_uuid:
+                    by_uuid[row[0]]["health"]["remapped_rows_pending"] = _flag(row[1])
+                    by_uuid[row[0]]["health"]["remapped_rows_failure"] = _flag(row[2])
+        for row in self._query("--query-compute-apps", _SMI_APPS):
+            if len(row) < 4:
+                continue
+            gpu = by_uuid.get(row[0])
+            if gpu is None:
+                continue
+            gpu["processes"].append({"pid": int(row[1]), "name": row[2], "used_mib": _int(row[3]),
+                                     "type": "compute", "mig_device": None})
+        missing = wanted - set(by_uuid[u]["index"] for u in by_uuid)
+        if missing:
+            raise GpuError("nvidia-smi did not report GPU(s) %s" % ", ".join(str(i) for i in sorted(missing)))
+        return gpus
+
+
+def open_backend(choice, import_pynvml, run, find_binary):
+    """Pick a backend.
+
+    choice: 'auto' | 'nvml' | 'nvidia_smi'. import_pynvml() returns the module or raises ImportError;
+    find_binary() returns the nvidia-smi path or None. Raises NoDriverError when no GPU can be seen.
+    """
+    errors = []
+    if choice in ("auto", "nvml"):
+        try:
+            return NvmlBackend(import_pynvml())
+        except ImportError as exc:
+            if choice == "nvml":
+                raise GpuError("backend=nvml needs nvidia-ml-py (import pynvml) on the target: %s" % exc)
+            errors.append("nvidia-ml-py is not installed")
+        except NoDriverError as exc:
+            if choice == "nvml":
+                raise
+            errors.append(str(exc))
+    binary = find_binary()
+    if binary is None:
+        errors.append("nvidia-smi is not on PATH")
+        raise NoDriverError("no NVIDIA GPU can be seen: %s" % "; ".join(errors))
+    return SmiBackend(run, binary)
