@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shared fixtures: real ansible-playbook runs, free ports, the fake nvidia-smi, GPU holders."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUPPORT = os.path.join(ROOT, "tests", "support")
+BIN = os.path.dirname(sys.executable)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PlaybookRun(object):
+    def __init__(self, proc, records):
+        self.rc = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.records = records
+
+    def results(self, action=None, task=None):
+        """Task results, optionally filtered by action (module name, any prefix) or task name."""
+        out = []
+        for rec in self.records:
+            if action and not (rec["action"] == action or rec["action"].endswith("." + action)):
+                continue
+            if task and rec["task"] != task:
+                continue
+            out.append(rec)
+        return out
+
+    def result(self, action=None, task=None):
+        found = self.results(action, task)
+        assert found, "no result for action=%s task=%s in:\n%s" % (action, task, self.stdout[-4000:])
+        return found[-1]["result"]
+
+    def recap(self, host="localhost"):
+        """{'ok': n, 'changed': n, 'failed': n, ...} from the PLAY RECAP line."""
+        for line in self.stdout.splitlines():
+            if line.startswith(host) and "ok=" in line:
+                return dict((k, int(v)) for k, v in (kv.split("=") for kv in line.split()[2:]))
+        raise AssertionError("no recap for %s:\n%s" % (host, self.stdout[-4000:]))
+
+
+@pytest.fixture
+def ansible_env(tmp_path):
+    """Environment for ansible-playbook: this repo's ansible.cfg, the test record callback."""
+    env = dict(os.environ)
+    env.update({
+        "PATH": BIN + os.pathsep + env.get("PATH", ""),
+        "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
+        "ANSIBLE_CALLBACK_PLUGINS": os.path.join(SUPPORT, "callback"),
+        "ANSIBLE_CALLBACKS_ENABLED": "record",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "INFEROPS_TEST_RECORD": str(tmp_path / "record.jsonl"),
+    })
+    return env
+
+
+@pytest.fixture
+def run_playbook(ansible_env, tmp_path):
+    """run_playbook(playbook, extra_vars=None, check=False, inventory=None, args=()) -> PlaybookRun.
+
+    playbook: a path, or YAML text written to a temp file. Extra vars go as JSON.
+    """
+    def run(playbook, extra_vars=None, check=False, diff=False, inventory=None, args=(), env=None, timeout=900):
+        if "\n" in playbook:
+            path = tmp_path / ("play-%d.yml" % time.monotonic_ns())
+            path.write_text(playbook)
+            playbook = str(path)
+        record = tmp_path / ("record-%d.jsonl" % time.monotonic_ns())
+        run_env = dict(ansible_env, INFEROPS_TEST_RECORD=str(record))
+        run_env.update(env or {})
+        argv = [os.path.join(BIN, "ansible-playbook"), "-i",
+                inventory or os.path.join(ROOT, "inventories", "local"), playbook]
+        if extra_vars:
+            argv += ["-e", json.dumps(extra_vars)]
+        if check:
+            argv.append("--check")
+        if diff:
+            argv.append("--diff")
+        argv += list(args)
+        proc = subprocess.run(argv, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout)
+        records = []
+        if record.exists():
+            records = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+        return PlaybookRun(proc, records)
+    return run
+
+
+@pytest.fixture
+def port():
+    return free_port()
