@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -59,9 +58,9 @@ WORDS = (
 def corpus(rng, lines=4000):
     """Deterministic local text: sentences of common words, numbers and punctuation."""
     out = []
-    for _ in range(lines):
+    for dummy in range(lines):
         n = rng.randint(4, 18)
-        words = [rng.choice(WORDS) for _ in range(n)]
+        words = [rng.choice(WORDS) for dummy in range(n)]
         if rng.random() < 0.3:
             words.insert(rng.randint(0, n), str(rng.randint(0, 100000)))
         sentence = " ".join(words)
@@ -127,7 +126,7 @@ def build(out, size):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--out", required=True, help="model directory to create (or reuse)")
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
     parser.add_argument("--force", action="store_true", help="rebuild even when DIR is complete")

@@ -141,7 +141,7 @@ class Adapter(object):
         for key, value in (params.get("engine_args") or {}).items():
             flag = flag_name(key, self.style)
             user.append((flag, flag_values(flag, value)))
-        overridden = set(self.aliases.get(_norm(f), _norm(f)) for f, _ in user)
+        overridden = set(self.aliases.get(_norm(f), _norm(f)) for f, dummy in user)
         for reserved in ("host", "port"):
             if reserved in overridden and self.name != "command":
                 raise EngineError("engine_args must not set %s: use the %s parameter (the readiness probe "

@@ -172,7 +172,7 @@ class Base(object):
     def sweep(self, timeout):
         """TERM, then KILL, every stray process that still carries the marker. Returns the pids."""
         signalled = set()
-        for _ in range(5):
+        for dummy in range(5):
             strays = self.carriers()
             if not strays:
                 break
@@ -204,7 +204,7 @@ class ProcessSupervisor(Base):
             raise SupervisorError("cannot launch %r: %s" % (argv[0], exc))
         handle.close()
         info = None
-        for _ in range(100):
+        for dummy in range(100):
             info = _procs.read_proc(self.proc.pid, self.root)
             if info is not None:
                 break
@@ -334,8 +334,8 @@ class SystemdSupervisor(Base):
         return out
 
     def show(self):
-        rc, out, _ = self.run(["systemctl", "show", self.unit, "-p", "MainPID", "-p", "ActiveState",
-                               "-p", "ExecMainStatus", "-p", "ExecMainCode"])
+        out = self.run(["systemctl", "show", self.unit, "-p", "MainPID", "-p", "ActiveState",
+                        "-p", "ExecMainStatus", "-p", "ExecMainCode"])[1]
         props = {}
         for line in out.splitlines():
             if "=" in line:

@@ -30,7 +30,7 @@ def main(argv):
     parser.add_argument("--load-s", type=float, default=0.5)
     parser.add_argument("--orphan")
     parser.add_argument("--child", action="store_true")
-    args, _ = parser.parse_known_args(argv)
+    args = parser.parse_known_args(argv)[0]
 
     if args.child:  # the orphan: a new session, out of the engine's process group
         os.setsid()
