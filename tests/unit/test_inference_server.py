@@ -241,3 +241,24 @@ def test_probe_and_port_in_use():
     finally:
         sock.close()
     assert _engines.probe("127.0.0.1", port, "m").state == "down"
+
+
+def test_systemd_supervisor_drives_systemctl(tmp_path):
+    calls = []
+
+    def run(argv):
+        calls.append(argv[1:])
+        if argv[1] == "show":
+            return 0, "MainPID=%d\nActiveState=active\nExecMainStatus=0\n" % os.getpid(), ""
+        return 0, "", ""
+
+    sup = _supervisor.SystemdSupervisor("q", str(tmp_path / "st"), str(tmp_path / "log"), unit_dir=str(tmp_path),
+                                        stop_timeout=30, run=run)
+    started = sup.start([os.path.basename(sys.executable), "-c", "pass"], {"A": "1"})
+    unit = (tmp_path / "inferops-q.service").read_text()
+    assert "ExecStart=%s -c pass" % shutil.which(os.path.basename(sys.executable)) in unit
+    assert "Environment=INFEROPS_INSTANCE=%s" % sup.marker in unit and "KillMode=control-group" in unit
+    assert ["daemon-reload"] in calls and ["restart", "inferops-q.service"] in calls
+    assert started["pid"] == os.getpid() and sup.exit_code(started) is None and sup.alive(started)
+    sup.stop(started, 1)
+    assert ["stop", "inferops-q.service"] in calls
