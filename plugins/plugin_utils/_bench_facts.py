@@ -590,3 +590,17 @@ def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now
     if out.report is None:
         out.report = render_report(out.run, out.records, previous, out.regressions, threshold_pct)
     return out
+
+
+SUMMARY_KEYS = ("host", "variant", "fingerprint", "concurrency", "completed", "failed", "output_throughput",
+                "decode_tps_per_request", "e2e_tps_per_request", "ttft_ms", "tpot_ms", "acceptance_length")
+
+
+def bench_summary(result, host=None):
+    """Compact per-level rows of one throughput_bench result (set_stats / AWX artifacts)."""
+    col = RunCollector()
+    col.add(host or "", BENCH_ACTION, "", result)
+    if col.is_empty():
+        return []
+    rows = history_records(col, datetime.datetime.now(datetime.timezone.utc), None)
+    return [dict((k, row.get(k)) for k in SUMMARY_KEYS if host or k != "host") for row in rows]

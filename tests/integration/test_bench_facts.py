@@ -239,3 +239,25 @@ def test_throughput_bench_twice_slower_is_flagged(run_playbook, start_standin, t
     assert second.rc == 0, second.stdout + second.stderr
     assert len(regressions(second)) == len(BENCH_ARGS["concurrency"])
     assert len(glob.glob(str(results / "*.png"))) == 2 and len(glob.glob(str(results / "*.md"))) == 2
+
+
+def test_bench_summary_filter_feeds_set_stats(run_playbook, tmp_path):
+    async_dir = tmp_path / "async"
+    async_dir.mkdir()
+    (async_dir / "job").write_text(json.dumps(bench_result((1, 4))))
+    play = REPLAY_PLAY + """
+    - name: Publish the summary as AWX artifacts
+      ansible.builtin.set_stats:
+        data:
+          inferops_bench: "{{ {inventory_hostname: bench_job | inferops.serving.bench_summary(inventory_hostname)} }}"
+    - name: Show it
+      ansible.builtin.debug:
+        msg: "{{ bench_job | inferops.serving.bench_summary }}"
+"""
+    run = run_playbook(play, extra_vars={"jid": "job"},
+                       env={"ANSIBLE_ASYNC_DIR": str(async_dir), "ANSIBLE_SHOW_CUSTOM_STATS": "1",
+                            "INFEROPS_RESULTS_DIR": str(tmp_path / "results")})
+    assert run.rc == 0, run.stdout + run.stderr
+    rows = run.result(task="Show it")["msg"]
+    assert [r["concurrency"] for r in rows] == [1, 4] and rows[0]["variant"] == "baseline"
+    assert "CUSTOM STATS" in run.stdout and "inferops_bench" in run.stdout

@@ -15,7 +15,7 @@ import pytest
 from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts as bf
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from bench_shapes import bench_result, level  # noqa: E402
+from bench_shapes import bench_result  # noqa: E402
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 LATER = NOW + datetime.timedelta(hours=1)
@@ -281,3 +281,11 @@ def test_finish_with_an_unwritable_dir_warns_once_and_still_summarises(tmp_path)
                     "2.19", 10, NOW)
     assert len(out.warnings) == 1 and "cannot write results" in out.warnings[0]
     assert out.paths == {} and out.summary and "# Benchmark run" in out.report
+
+
+def test_bench_summary_rows_for_set_stats():
+    rows = bf.bench_summary(dict(bench_result((1, 4), variant="v", fingerprint="f"), finished=True), "h")
+    assert [(r["host"], r["variant"], r["concurrency"]) for r in rows] == [("h", "v", 1), ("h", "v", 4)]
+    assert rows[0]["tpot_ms"] == pytest.approx(10.0) and "time" not in rows[0]
+    assert "host" not in bf.bench_summary(bench_result((1,)))[0]
+    assert bf.bench_summary({"rc": 0}) == []
