@@ -122,7 +122,7 @@ def test_unhealthy_gpu_fails_at_once():
 
 def _holder(*args):
     child = subprocess.Popen([sys.executable, HOLDER] + list(args))
-    for _ in range(200):
+    for _attempt in range(200):
         info = _procs.read_proc(child.pid)
         if info and info.argv[1:2] == [HOLDER]:
             return child

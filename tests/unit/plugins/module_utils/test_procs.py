@@ -118,7 +118,7 @@ def test_zombie_group_members_do_not_block_a_group_signal(scope):
 def test_read_proc_and_alive_on_real_processes():
     child = subprocess.Popen([sys.executable, HOLDER, "vllm", "serve", "x y"])
     try:
-        for _ in range(100):
+        for _attempt in range(100):
             info = _procs.read_proc(child.pid)
             if info and "vllm" in info.argv:
                 break
