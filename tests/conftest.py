@@ -18,6 +18,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUPPORT = os.path.join(ROOT, "tests", "support")
 BIN = os.path.dirname(sys.executable)
 
+# The collection is importable as ansible_collections.inferops.serving through the link `make setup`
+# creates; the stand-ins under tests/support import by their own names.
+for _path in (os.path.join(ROOT, "collections"), SUPPORT):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
 
 def free_port():
     with socket.socket() as sock:
@@ -96,7 +102,8 @@ def run_playbook(ansible_env, tmp_path):
         if diff:
             argv.append("--diff")
         argv += list(args)
-        proc = subprocess.run(argv, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
         records = []
         if record.exists():
             records = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
@@ -107,3 +114,64 @@ def run_playbook(ansible_env, tmp_path):
 @pytest.fixture
 def port():
     return free_port()
+
+
+class FakeGpus(object):
+    """A fake nvidia-smi first on PATH, its state in a JSON file; holders are real processes."""
+
+    def __init__(self, tmp_path, count=8):
+        self.dir = tmp_path / "fake-gpu"
+        bindir = self.dir / "bin"
+        bindir.mkdir(parents=True)
+        self.state_file = self.dir / "state.json"
+        launcher = bindir / "nvidia-smi"
+        launcher.write_text("#!%s -IS\nimport runpy, sys\nsys.argv[0] = 'nvidia-smi'\nrunpy.run_path(%r, run_name='__main__')\n"
+                            % (os.path.realpath(sys.executable), os.path.join(SUPPORT, "fake_nvidia_smi.py")))
+        launcher.chmod(0o755)
+        self.bindir = str(bindir)
+        self.children = []
+        self.state = {"driver": True, "holders": [],
+                      "gpus": [{"index": i, "uuid": "GPU-%08x-1111-2222-3333-444444444444" % i,
+                                "name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 0}
+                               for i in range(count)]}
+        self.save()
+
+    @property
+    def env(self):
+        return {"PATH": self.bindir + os.pathsep + BIN + os.pathsep + os.environ.get("PATH", ""),
+                "FAKE_NVIDIA_SMI_STATE": str(self.state_file)}
+
+    def save(self):
+        self.state_file.write_text(json.dumps(self.state))
+
+    def hold(self, gpu, used_mib=8192, args=(), argv=None, name=None):
+        """Start a real process and report it as holding `used_mib` on `gpu` while it lives."""
+        ready = self.dir / ("ready-%d" % len(self.children))
+        argv = argv or [sys.executable, os.path.join(SUPPORT, "gpu_holder.py")]
+        child = subprocess.Popen(list(argv) + ["--ready", str(ready)] + list(args), start_new_session=True)
+        self.children.append(child)
+        deadline = time.monotonic() + 10
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        holder = {"pid": child.pid, "gpu": gpu, "used_mib": used_mib}
+        if name:
+            holder["name"] = name
+        self.state["holders"].append(holder)
+        self.save()
+        return child
+
+    def cleanup(self):
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+@pytest.fixture
+def fake_gpus(tmp_path, monkeypatch):
+    """8 fake H200s; also exported into os.environ for in-process (pytest-ansible) module runs."""
+    gpus = FakeGpus(tmp_path)
+    for key, value in gpus.env.items():
+        monkeypatch.setenv(key, value)
+    yield gpus
+    gpus.cleanup()

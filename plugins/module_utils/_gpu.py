@@ -300,5 +300,5 @@ def open_backend(choice, import_pynvml, run, find_binary):
     binary = find_binary()
     if binary is None:
         errors.append("nvidia-smi is not on PATH")
-        raise NoDriverError("no NVIDIA GPU can be seen: %s" % "; ".join(errors))
+        raise NoDriverError("; ".join(errors))
     return SmiBackend(run, binary)

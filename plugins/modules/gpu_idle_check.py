@@ -277,22 +277,28 @@ def main():
     def run(argv):
         return module.run_command(argv)
 
+    def no_gpus(exc):
+        if p["require_gpus"]:
+            module.fail_json(msg="no NVIDIA GPU can be seen: %s (set require_gpus=false on hosts without GPUs)"
+                             % exc, gpus=[], clean=False, killed=[], backend="none")
+        module.exit_json(changed=False, clean=True, gpus=[], killed=[], waited_s=0.0, backend="none",
+                         msg="no NVIDIA GPU on this host: %s" % exc)
+
     try:
         backend = _gpu.open_backend(p["backend"], _import_pynvml, run,
                                     lambda: module.get_bin_path("nvidia-smi"))
     except _gpu.NoDriverError as exc:
-        if p["require_gpus"]:
-            module.fail_json(msg="%s (set require_gpus=false on hosts without GPUs)" % exc, gpus=[], clean=False)
-        module.exit_json(changed=False, clean=True, gpus=[], killed=[], waited_s=0.0, backend="none",
-                         msg="no NVIDIA GPU on this host: %s" % exc)
+        no_gpus(exc)
     except _gpu.GpuError as exc:
         module.fail_json(msg=str(exc))
 
     try:
-        present = backend.indices()
-        if not present and p["require_gpus"]:
-            module.fail_json(msg="the NVIDIA driver reports no GPUs on this host (set require_gpus=false on hosts without GPUs)",
-                             gpus=[], clean=False)
+        try:
+            present = backend.indices()
+        except _gpu.NoDriverError as exc:
+            no_gpus(exc)
+        if not present:
+            no_gpus("the NVIDIA driver reports no GPUs")
         indices = present if p["gpus"] is None else sorted(set(p["gpus"]))
         unknown = sorted(set(indices) - set(present))
         if unknown:

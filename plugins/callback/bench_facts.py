@@ -1,0 +1,159 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: bench_facts
+type: aggregate
+short_description: Record every benchmark with its exact configuration, compare it with the last run, chart it
+version_added: 0.1.0
+description:
+  - Collects every C(inferops.serving.throughput_bench) result of the playbook, called directly or
+    through C(ansible.builtin.async_status), with the C(inferops.serving.gpu_idle_check) and
+    C(inferops.serving.inference_server) results of the same hosts (GPUs seen, processes killed,
+    argv, fingerprint, ready time).
+  - At the end of the playbook writes into O(results_dir) a run file C(<timestamp>-<playbook>.json),
+    one line per host, variant and concurrency appended to C(history.jsonl), a Markdown report
+    C(<timestamp>-<playbook>.md) and a chart C(<timestamp>-<playbook>.png) of output throughput and
+    per-request decode speed against concurrency, one line per variant.
+  - Prints a compact summary table and one line beginning C(REGRESSION:) for every drop of output
+    throughput or rise of TPOT p50 beyond O(regression_threshold) against the previous run of the
+    same host, variant and concurrency. A first run, with no history, flags nothing.
+  - An aggregate callback, not a stdout callback, so it also runs under AWX, whose own stdout
+    callback is forced. Enable it with C(callbacks_enabled = inferops.serving.bench_facts).
+  - A results directory that cannot be written gives one warning; the play goes on and its result
+    is unchanged.
+author:
+  - inferops.serving maintainers (@inferops)
+requirements:
+  - Enabled with C(callbacks_enabled) in C(ansible.cfg) or E(ANSIBLE_CALLBACKS_ENABLED).
+  - The chart needs C(matplotlib) on the controller; without it the chart is skipped with one note.
+options:
+  results_dir:
+    description:
+      - Directory for the run files, the history and the reports. Created when missing.
+      - Default is C(results/) beside the (first) playbook.
+    type: path
+    env:
+      - name: INFEROPS_RESULTS_DIR
+    ini:
+      - section: callback_bench_facts
+        key: results_dir
+  regression_threshold:
+    description:
+      - Percentage by which output throughput may drop, or TPOT p50 may rise, against the previous run
+        of the same host, variant and concurrency before it is flagged as a regression.
+    type: float
+    default: 10
+    env:
+      - name: INFEROPS_REGRESSION_THRESHOLD
+    ini:
+      - section: callback_bench_facts
+        key: regression_threshold
+  fail_on_regression:
+    description:
+      - With V(true), a run with at least one regression exits with status 1 once everything is
+        written and printed (unless the play itself already failed, whose status then stands).
+    type: bool
+    default: false
+    env:
+      - name: INFEROPS_FAIL_ON_REGRESSION
+    ini:
+      - section: callback_bench_facts
+        key: fail_on_regression
+"""
+
+EXAMPLES = r"""
+# ansible.cfg
+# [defaults]
+# callbacks_enabled = inferops.serving.bench_facts
+# [callback_bench_facts]
+# results_dir = /srv/bench/results
+# regression_threshold = 5
+# fail_on_regression = true
+"""
+
+import os
+
+from ansible import __version__ as ANSIBLE_VERSION
+from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts
+
+# the exit status of a run whose only problem is a regression (ansible's generic error)
+REGRESSION_EXIT = 1
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "inferops.serving.bench_facts"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super(CallbackModule, self).__init__(*args, **kwargs)
+        self.collector = _bench_facts.RunCollector()
+        self.playbook = None
+        self.outcome = None
+
+    def v2_playbook_on_start(self, playbook):
+        if self.playbook is None:
+            self.playbook = getattr(playbook, "_file_name", None)
+
+    def v2_playbook_on_play_start(self, play):
+        self.collector.add_play(play.get_name())
+
+    def _add(self, result, status):
+        try:
+            self.collector.add(result.host.get_name(), result.task.action, result.task.get_name(),
+                               result.result, status)
+        except Exception as exc:  # recording must never cost the play
+            self._display.warning("bench_facts: could not record a result of %s: %s" % (result.task.get_name(), exc))
+
+    def v2_runner_on_ok(self, result):
+        self._add(result, "ok")
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._add(result, "ignored" if ignore_errors else "failed")
+
+    def _results_dir(self):
+        configured = self.get_option("results_dir")
+        if configured:
+            return os.path.abspath(os.path.expanduser(configured))
+        base = os.path.dirname(os.path.abspath(self.playbook)) if self.playbook else os.getcwd()
+        return os.path.join(base, "results")
+
+    def v2_playbook_on_stats(self, stats):
+        if self.collector.is_empty():
+            return
+        try:
+            threshold = float(self.get_option("regression_threshold"))
+            results_dir = self._results_dir()
+            self.outcome = _bench_facts.finish(self.collector, results_dir, self.playbook, ANSIBLE_VERSION, threshold)
+        except Exception as exc:  # never fail or lose the play over our bookkeeping
+            self._display.warning("bench_facts: results not recorded: %s" % exc)
+            return
+        for warning in self.outcome.warnings:
+            self._display.warning(warning)
+        self._display.display("")
+        for line in self.outcome.summary:
+            self._display.display(line, color="red" if line.startswith("REGRESSION:") else None)
+        for note in self.outcome.notes:
+            self._display.display(note)
+        if self.outcome.paths:
+            self._display.display("bench_facts: wrote %s" % ", ".join(
+                self.outcome.paths[k] for k in ("run", "history", "report", "chart") if k in self.outcome.paths))
+        if self.outcome.regressions and self.get_option("fail_on_regression"):
+            summary = stats.summarize
+            already_failed = any(summary(h).get("failures") or summary(h).get("unreachable") for h in stats.processed)
+            self._display.display("bench_facts: %d regression(s) and fail_on_regression is set: exiting %d"
+                                  % (len(self.outcome.regressions), REGRESSION_EXIT), stderr=True)
+            if not already_failed:
+                # Neither a callback's return value nor an exception it raises (reported as a
+                # warning by the task queue manager) changes ansible-playbook's status. SystemExit is
+                # not an Exception: it passes the dispatcher, the executor's cleanup runs in its
+                # `finally`, and the interpreter exits with this status. The stdout callback has
+                # already printed the recap; callbacks after this one miss v2_playbook_on_stats.
+                raise SystemExit(REGRESSION_EXIT)

@@ -1,0 +1,22 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The bench_summary filter: a throughput_bench result as compact rows, for set_stats / AWX artifacts."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts
+
+
+def bench_summary(result, host=None):
+    if not isinstance(result, dict):
+        raise AnsibleFilterError("bench_summary expects a throughput_bench result (a dict), got %s"
+                                 % type(result).__name__)
+    return _bench_facts.bench_summary(result, host)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"bench_summary": bench_summary}

@@ -1,0 +1,342 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One adapter per inference engine: argv from data, env, readiness probe, version. Standard library only.
+
+Every adapter spells the core settings (model, host, port, API key, served model name) the way its
+engine takes them, and lets engine_args override or add any flag, so a new engine release never
+blocks a user. engine_args keys in snake_case or kebab-case become --kebab-case (TensorRT-LLM's
+trtllm-serve spells its options with underscores, so its adapter keeps --snake_case); true gives a
+bare flag, false or null leaves the flag out, a list gives the flag followed by each value, a dict
+gives compact JSON with sorted keys (vLLM --speculative-config).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+
+from ansible_collections.inferops.serving.plugins.module_utils import _fingerprint
+
+ENGINES = ("sglang", "vllm", "trtllm", "transformers", "command")
+
+
+class EngineError(ValueError):
+    """A configuration the engine cannot take; the message says what and what is allowed."""
+
+
+class Launch(object):
+    """A resolved launch: argv (a list, never a shell string), env additions, probe target."""
+
+    def __init__(self, engine, model, prefix, flags, env, probe_model, secrets, version=None):
+        self.engine = engine
+        self.model = model
+        self.prefix = list(prefix)
+        self.flags = list(flags)  # [(flag, [values])] in argv order
+        self.env = dict(env)
+        self.probe_model = probe_model
+        self.secrets = [s for s in secrets if s]
+        self.version = version
+
+    @property
+    def argv(self):
+        out = list(self.prefix)
+        for flag, values in self.flags:
+            out.append(flag)
+            out.extend(values)
+        return out
+
+    @property
+    def public_argv(self):
+        return _fingerprint.redact_argv(self.argv, self.secrets)
+
+    @property
+    def fingerprint(self):
+        flags = [(flag, _fingerprint.redact_argv(values, self.secrets)) for flag, values in self.flags]
+        return _fingerprint.fingerprint(self.engine, self.model, _fingerprint.redact_argv(self.prefix, self.secrets),
+                                        flags, self.env, self.version)
+
+
+def flag_name(key, style="kebab"):
+    """engine_args key -> flag. A key already starting with '-' is taken as written."""
+    key = str(key)
+    if key.startswith("-"):
+        return key
+    if style == "snake":
+        return "--" + key.replace("-", "_")
+    return "--" + key.replace("_", "-")
+
+
+def flag_values(flag, value):
+    """None when the flag is left out, else the list of values after it ([] for a bare flag)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return []
+    if isinstance(value, dict):
+        return [json.dumps(value, sort_keys=True, separators=(",", ":"))]
+    if isinstance(value, (list, tuple)):
+        out = []
+        for item in value:
+            if isinstance(item, (dict, list)):
+                out.append(json.dumps(item, sort_keys=True, separators=(",", ":")))
+            elif isinstance(item, bool):
+                out.append("true" if item else "false")
+            elif item is not None:
+                out.append(str(item))
+        return out
+    return [str(value)]
+
+
+def _norm(flag):
+    """Flags compare equal whatever their spelling: --tp-size == --tp_size."""
+    return flag.lstrip("-").replace("_", "-")
+
+
+class Adapter(object):
+    name = None
+    style = "kebab"
+    model_flag = None  # None: the model is positional (in the prefix)
+    api_key_flag = "--api-key"
+    served_name_flag = "--served-model-name"
+    distribution = None  # the Python distribution whose version is read
+    default_executable = None
+    aliases = {}  # engine_args spellings that mean a core flag (normalised -> core flag)
+
+    def prefix(self, params):
+        raise NotImplementedError
+
+    def extra_env(self, params):
+        return {}
+
+    def core(self, params):
+        """(head, tail): core flags before and after engine_args, as (flag, values) lists."""
+        head, tail = [], []
+        if self.model_flag:
+            head.append((self.model_flag, [params["model"]]))
+        tail.append((flag_name("host", self.style), [params["host"]]))
+        tail.append((flag_name("port", self.style), [str(params["port"])]))
+        if params.get("served_model_name"):
+            if not self.served_name_flag:
+                raise EngineError("engine %s has no served-model-name flag that this adapter knows; leave "
+                                  "served_model_name unset (requests name the model as %r)"
+                                  % (self.name, params["model"]))
+            tail.append((self.served_name_flag, [params["served_model_name"]]))
+        if params.get("api_key"):
+            if not self.api_key_flag:
+                raise EngineError("engine %s takes no API key that this adapter knows; leave api_key unset, "
+                                  "or run it behind a proxy that checks one" % self.name)
+            tail.append((self.api_key_flag, [params["api_key"]]))
+        return head, tail
+
+    def probe_model(self, params):
+        return params.get("served_model_name") or params["model"]
+
+    def build(self, params, version=None):
+        head, tail = self.core(params)
+        user = []
+        for key, value in (params.get("engine_args") or {}).items():
+            flag = flag_name(key, self.style)
+            user.append((flag, flag_values(flag, value)))
+        overridden = set(self.aliases.get(_norm(f), _norm(f)) for f, dummy in user)
+        for reserved in ("host", "port"):
+            if reserved in overridden and self.name != "command":
+                raise EngineError("engine_args must not set %s: use the %s parameter (the readiness probe "
+                                  "and the url need it)" % (reserved, reserved))
+        flags = [(f, v) for f, v in head if _norm(f) not in overridden]
+        flags += [(f, v) for f, v in user if v is not None]
+        flags += [(f, v) for f, v in tail if _norm(f) not in overridden]
+        env = dict(self.extra_env(params))
+        env.update(params.get("env") or {})
+        secrets = [params.get("api_key")] + list(_fingerprint.secret_env(params.get("env")).values())
+        return Launch(self.name, params["model"], self.prefix(params), flags, env, self.probe_model(params),
+                      secrets, version)
+
+    def launcher(self, params):
+        return params.get("executable") or self.default_executable
+
+    def version_python(self, params):
+        """The interpreter that can tell the engine's version: python, or one beside the executable."""
+        if params.get("python"):
+            return params["python"]
+        exe = params.get("executable")
+        if exe and os.path.isabs(exe):
+            for name in ("python3", "python"):
+                candidate = os.path.join(os.path.dirname(exe), name)
+                if os.access(candidate, os.X_OK):
+                    return candidate
+        return None
+
+    def version(self, params, timeout=30):
+        """The engine's installed version, best effort (None when it cannot be read)."""
+        python = self.version_python(params)
+        if not self.distribution or not python:
+            return None
+        code = "import importlib.metadata as m; print(m.version(%r))" % self.distribution
+        try:
+            out = subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, timeout=timeout, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        text = out.stdout.decode("utf-8", "replace").strip()
+        return text if out.returncode == 0 and text else None
+
+
+class SGLang(Adapter):
+    name = "sglang"
+    model_flag = "--model-path"
+    distribution = "sglang"
+    aliases = {"model": "model-path", "tensor-parallel-size": "tp-size"}
+
+    def prefix(self, params):
+        return [params.get("python") or "python3", "-m", "sglang.launch_server"]
+
+    def launcher(self, params):
+        return params.get("python") or "python3"
+
+
+class VLLM(Adapter):
+    name = "vllm"
+    distribution = "vllm"
+    default_executable = "vllm"
+    aliases = {"tp-size": "tensor-parallel-size"}
+
+    def prefix(self, params):
+        return [self.launcher(params), "serve", params["model"]]
+
+
+class TRTLLM(Adapter):
+    name = "trtllm"
+    style = "snake"
+    distribution = "tensorrt_llm"
+    default_executable = "trtllm-serve"
+    api_key_flag = None
+    served_name_flag = None
+
+    def prefix(self, params):
+        return [self.launcher(params), "serve", params["model"]]
+
+
+class Transformers(Adapter):
+    """`transformers serve MODEL --host H --port P [--device ...]` from transformers[serving].
+
+    transformers serve 5.x has no API key and no served-model-name option: the server is pinned to
+    the model it was given, and requests must name exactly that.
+    """
+
+    name = "transformers"
+    distribution = "transformers"
+    default_executable = "transformers"
+    api_key_flag = None
+    served_name_flag = None
+
+    def prefix(self, params):
+        return [self.launcher(params), "serve", params["model"]]
+
+    def extra_env(self, params):
+        if os.path.isdir(params["model"]):
+            return {"HF_HUB_OFFLINE": "1"}  # a local model directory: never reach for the hub
+        return {}
+
+
+class Command(Adapter):
+    """engine=command: the user's full argv; it must serve the OpenAI API on host:port."""
+
+    name = "command"
+
+    def core(self, params):
+        return [], []
+
+    def prefix(self, params):
+        return list(params["command"])
+
+    def launcher(self, params):
+        return params["command"][0]
+
+
+ADAPTERS = dict((a.name, a()) for a in (SGLang, VLLM, TRTLLM, Transformers, Command))
+
+
+def adapter(engine):
+    try:
+        return ADAPTERS[engine]
+    except KeyError:
+        raise EngineError("unknown engine %r; allowed: %s" % (engine, ", ".join(ENGINES)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# readiness: /health 200 (503: still loading), then one real 1-token generation on the served model
+
+class Probe(object):
+    """One readiness check. state: 'down' (no answer), 'loading', 'ready' or 'refused' (a config error)."""
+
+    def __init__(self, state, detail):
+        self.state = state
+        self.detail = detail
+
+
+def _request(host, port, method, path, body=None, api_key=None, timeout=10.0):
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if api_key:
+            headers["Authorization"] = "Bearer %s" % api_key
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read(4096).decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def probe(host, port, model, api_key=None, timeout=10.0, generate_timeout=120.0):
+    try:
+        status, text = _request(host, port, "GET", "/health", timeout=timeout)
+    except (OSError, socket.timeout, http.client.HTTPException) as exc:
+        return Probe("down", "GET /health: %s" % exc)
+    if status != 200:
+        return Probe("loading", "GET /health: HTTP %d %s" % (status, text[:200]))
+    body = {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+    try:
+        status, text = _request(host, port, "POST", "/v1/completions", body, api_key, timeout=generate_timeout)
+    except (OSError, socket.timeout, http.client.HTTPException) as exc:
+        return Probe("loading", "POST /v1/completions: %s" % exc)
+    if status == 200:
+        try:
+            choices = json.loads(text).get("choices")
+        except ValueError:
+            choices = None
+        if choices:
+            return Probe("ready", "POST /v1/completions: 1 token generated")
+        return Probe("loading", "POST /v1/completions: HTTP 200 without choices: %s" % text[:200])
+    if status in (400, 401, 403, 404, 422):
+        return Probe("refused", "POST /v1/completions on model %r: HTTP %d %s" % (model, status, text[:300]))
+    return Probe("loading", "POST /v1/completions: HTTP %d %s" % (status, text[:200]))
+
+
+def port_in_use(host, port):
+    """True when something accepts connections on host:port (or the address cannot be bound)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(1.0)
+        if sock.connect_ex((host, port)) == 0:
+            return True
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.close()

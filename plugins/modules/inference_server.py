@@ -1,0 +1,365 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: inference_server
+short_description: Run one inference engine variant as a supervised, fingerprinted, health-gated service
+version_added: 0.1.0
+description:
+  - Launches SGLang, vLLM, TensorRT-LLM, C(transformers serve) or any command that serves the OpenAI
+    API, as one instance O(name) per host, with an argv built from data (a list, never a shell string).
+  - The configuration's fingerprint (a sha256 of engine, model, argv, environment without secrets, and
+    the engine version where it can be read) decides the change. O(state=started) with the same
+    fingerprint and a live, healthy server changes nothing; a different fingerprint stops the old
+    server (its whole process group or unit) and starts the new one.
+  - Readiness is C(GET /health) answering 200 (503 means still loading) and then one real 1-token
+    generation (C(POST /v1/completions)) on the served model. If the engine exits before it is ready,
+    the module fails at once with its exit code and the last lines of its log; on any failure to
+    become ready the new instance is stopped, so nothing is left running.
+  - The C(process) supervisor starts the engine in its own session and process group, records PID,
+    PGID, fingerprint, argv, port and start time in O(state_dir), logs to O(log_dir), and stops by
+    signalling the whole group (SIGTERM, then SIGKILL after O(stop_timeout)), then sweeps stray
+    processes that carry the instance's marker (environment variable C(INFEROPS_INSTANCE)) even if they
+    left the group. The C(systemd) supervisor writes C(/etc/systemd/system/inferops-NAME.service) with
+    C(KillMode=control-group). Nothing outside the instance is ever signalled.
+author:
+  - inferops.serving maintainers (@inferops)
+extends_documentation_fragment:
+  - inferops.serving.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Computes the argv and fingerprint and reports whether the server would be (re)started or stopped; starts and stops nothing.
+  diff_mode:
+    support: full
+    details: Shows the old and new argv and fingerprint.
+  idempotent:
+    support: full
+    details: A second run with the same configuration finds the server healthy and restarts nothing.
+requirements:
+  - Linux C(/proc) to inspect and signal the engine's processes.
+  - The engine itself on the target (C(sglang), C(vllm), C(tensorrt_llm) or C(transformers[serving])).
+options:
+  name:
+    description: Instance name; one server per name per host. Letters, digits, C(.), C(_) and C(-).
+    type: str
+    required: true
+  state:
+    description:
+      - V(started) keeps the server running with this configuration (restarting it only when the fingerprint changed).
+      - V(restarted) always stops and starts it. V(stopped) stops it and sweeps its leftovers.
+    type: str
+    choices: [started, stopped, restarted]
+    default: started
+  engine:
+    description:
+      - V(sglang) runs C(PYTHON -m sglang.launch_server --model-path MODEL ...), V(vllm) C(vllm serve MODEL ...),
+        V(trtllm) C(trtllm-serve serve MODEL ...) (its options are spelled C(--snake_case)),
+        V(transformers) C(transformers serve MODEL ...), V(command) the O(command) argv as given.
+    type: str
+    choices: [sglang, vllm, trtllm, transformers, command]
+    required: true
+  model:
+    description:
+      - Model path or hub id. It is the model requests name unless O(served_model_name) is set.
+    type: str
+    required: true
+  host:
+    description: Address the server listens on. The readiness probe uses C(127.0.0.1) for C(0.0.0.0).
+    type: str
+    default: 127.0.0.1
+  port:
+    description: TCP port the server listens on (1-65535). A port taken by anything else is an error before start.
+    type: int
+    required: true
+  api_key:
+    description:
+      - API key the server requires (C(--api-key) for SGLang and vLLM; sent as a bearer token by the probe).
+      - C(transformers serve) and C(trtllm-serve) take none that this module knows; setting it for them is an error.
+      - Never part of the fingerprint; a change is still detected (salted hash in the state file).
+    type: str
+  served_model_name:
+    description: Name the model is served under (C(--served-model-name)). Not supported by C(transformers serve).
+    type: str
+  engine_args:
+    description:
+      - Engine flags as a dict. Keys in snake_case or kebab-case become C(--kebab-case) (C(--snake_case) for
+        trtllm); a key starting with C(-) is used as written. V(true) gives a bare flag, V(false) or null
+        leaves the flag out, a list gives the flag followed by each item, a dict gives compact JSON with sorted keys.
+      - A key that names a core setting (for example C(model_path) or C(tp_size)) overrides it.
+      - The order of the keys does not change the fingerprint.
+    type: dict
+    default: {}
+  command:
+    description: The full argv for O(engine=command). The program must serve the OpenAI API on O(host):O(port).
+    type: list
+    elements: str
+  executable:
+    description: Binary that launches vllm, trtllm or transformers (default C(vllm), C(trtllm-serve), C(transformers) from PATH).
+    type: path
+  python:
+    description:
+      - Interpreter that runs C(-m sglang.launch_server) (default C(python3)); also used to read any engine's version.
+      - Without it the version is read with the C(python3) beside O(executable), when there is one.
+    type: path
+  env:
+    description:
+      - Environment variables for the engine, added to the module's environment.
+      - Names that look like credentials (containing TOKEN, KEY, SECRET, PASSW, CREDENTIAL or AUTH) are left out of the fingerprint.
+      - For V(transformers) with a local model directory, C(HF_HUB_OFFLINE=1) is set unless given here.
+    type: dict
+    default: {}
+  variant:
+    description: A label carried into the results and the state file (for example V(baseline) or V(nextn)).
+    type: str
+  wait:
+    description:
+      - Wait until the server is ready (health and a 1-token generation). With V(false), return right after start.
+      - A later run with V(true) and the same configuration waits for that server without restarting it.
+    type: bool
+    default: true
+  ready_timeout:
+    description: Seconds to wait for readiness before failing (and stopping the new server). Large models need long.
+    type: float
+    default: 1800
+  stop_timeout:
+    description: Seconds between SIGTERM and SIGKILL when stopping (C(TimeoutStopSec) for systemd).
+    type: float
+    default: 120
+  state_dir:
+    description: Directory of the state files (C(NAME.json), mode 0600).
+    type: path
+    default: /var/lib/inferops/serving
+  log_dir:
+    description: Directory of the engine logs (C(NAME.log), appended at every start).
+    type: path
+    default: /var/log/inferops
+  supervisor:
+    description:
+      - V(auto) uses systemd when it is PID 1 and usable, else V(process).
+    type: str
+    choices: [auto, systemd, process]
+    default: auto
+notes:
+  - The API key is on the engine's command line (that is how SGLang and vLLM take it), so local users can read it
+    from C(/proc); results and state files show it redacted.
+  - Flags for a list are written C(--flag a b c) (argparse C(nargs)); for a flag that must repeat, use a key per
+    spelling or O(engine=command).
+seealso:
+  - name: The inferops.serving.inference_server role
+    description: Wraps this module with an asynchronous start and a progress loop for long model loads.
+    link: https://example.invalid/inferops/serving/blob/main/roles/inference_server/README.md
+"""
+
+EXAMPLES = r"""
+- name: SGLang, TP 8, NVFP4 with NEXTN speculative decoding
+  inferops.serving.inference_server:
+    name: qwen
+    engine: sglang
+    model: /models/Qwen3.5-397B-A17B-NVFP4
+    port: 30000
+    python: /opt/sglang/bin/python
+    variant: nextn
+    env:
+      SGLANG_ENABLE_SPEC_V2: "True"
+    engine_args:
+      tp_size: 8
+      quantization: modelopt_fp4
+      moe_runner_backend: flashinfer_cutlass
+      fp4_gemm_backend: flashinfer_cudnn
+      speculative_algorithm: NEXTN
+      speculative_num_steps: 3
+      speculative_eagle_topk: 1
+      speculative_num_draft_tokens: 4
+  register: server
+
+- name: vLLM with MTP
+  inferops.serving.inference_server:
+    name: qwen
+    engine: vllm
+    model: Qwen/Qwen3-Next-80B-A3B-Instruct
+    port: 8000
+    api_key: "{{ vault_api_key }}"
+    engine_args:
+      tensor_parallel_size: 4
+      speculative_config: {method: mtp, num_speculative_tokens: 2}
+
+- name: A tiny model on CPU with transformers serve
+  inferops.serving.inference_server:
+    name: tiny
+    engine: transformers
+    model: /srv/models/tiny
+    port: 8000
+    executable: /opt/venv/bin/transformers
+    engine_args: {device: cpu}
+    ready_timeout: 300
+
+- name: Stop it and sweep its leftovers
+  inferops.serving.inference_server:
+    name: qwen
+    engine: sglang
+    model: /models/Qwen3.5-397B-A17B-NVFP4
+    port: 30000
+    state: stopped
+"""
+
+RETURN = r"""
+argv:
+  description: The engine's argv (the API key redacted).
+  returned: always
+  type: list
+  elements: str
+  sample: [python3, -m, sglang.launch_server, --model-path, /models/M, --tp-size, "8", --host, 127.0.0.1, --port, "30000"]
+pid:
+  description: PID of the engine (its process group leader, or the unit's main PID); null when not running.
+  returned: always
+  type: int
+  sample: 4242
+url:
+  description: Base URL of the server.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:30000
+fingerprint:
+  description: sha256 of the resolved configuration (secrets excluded).
+  returned: always
+  type: str
+  sample: sha256:e42baade89caa3c2bf7ea60ea67f026a743b9b2b01155363286768d76bbb5216
+variant:
+  description: The O(variant) label.
+  returned: always
+  type: str
+  sample: nextn
+ready_s:
+  description: Seconds from start to readiness (of the run that started the server); null when not waited.
+  returned: always
+  type: float
+  sample: 14.8
+engine_version:
+  description: The engine's version where it could be read, else null.
+  returned: always
+  type: str
+  sample: 0.5.9
+supervisor:
+  description: The supervisor used, C(process) or C(systemd).
+  returned: always
+  type: str
+  sample: process
+log:
+  description: Path of the engine log.
+  returned: always
+  type: str
+  sample: /var/log/inferops/qwen.log
+state_file:
+  description: Path of the state file.
+  returned: always
+  type: str
+  sample: /var/lib/inferops/serving/qwen.json
+stopped_pids:
+  description: PIDs that were signalled to stop the old server (and any stray that carried the marker).
+  returned: when a server was stopped
+  type: list
+  elements: int
+  sample: [4242, 4250]
+log_tail:
+  description: The last lines of the engine log of this start.
+  returned: on failure to become ready
+  type: list
+  elements: str
+  sample: ["ValueError: unknown quantization method"]
+rc:
+  description: The engine's exit code when it exited before it was ready.
+  returned: on failure, when the engine exited
+  type: int
+  sample: 3
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _server, _supervisor
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def validate(p):
+    """Messages for bad input (nothing is changed when there is any)."""
+    errors = []
+    if not NAME_RE.match(p["name"]):
+        errors.append("name %r must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+                      % p["name"])
+    if not 1 <= p["port"] <= 65535:
+        errors.append("port must be between 1 and 65535, got %d" % p["port"])
+    if p["engine"] == "command":
+        if not p["command"]:
+            errors.append("engine=command needs command: the full argv of a program that serves the OpenAI API")
+    elif p["command"]:
+        errors.append("command is only for engine=command (engine is %s); use executable/python and engine_args"
+                      % p["engine"])
+    for key in ("ready_timeout", "stop_timeout"):
+        if p[key] <= 0:
+            errors.append("%s must be a positive number of seconds, got %s" % (key, p[key]))
+    for key, value in (p["env"] or {}).items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)):
+            errors.append("env name %r is not a valid environment variable name" % key)
+        if value is None or isinstance(value, (dict, list)):
+            errors.append("env %s must be a string or number, got %r" % (key, value))
+    if p["served_model_name"] and ":" in p["served_model_name"] and p["engine"] == "sglang":
+        errors.append("served_model_name must not contain ':' for SGLang")
+    return errors
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            state=dict(type="str", default="started", choices=["started", "stopped", "restarted"]),
+            engine=dict(type="str", required=True, choices=list(_engines.ENGINES)),
+            model=dict(type="str", required=True),
+            host=dict(type="str", default="127.0.0.1"),
+            port=dict(type="int", required=True),
+            api_key=dict(type="str", no_log=True),
+            served_model_name=dict(type="str"),
+            engine_args=dict(type="dict", default={}),
+            command=dict(type="list", elements="str"),
+            executable=dict(type="path"),
+            python=dict(type="path"),
+            env=dict(type="dict", default={}),
+            variant=dict(type="str"),
+            wait=dict(type="bool", default=True),
+            ready_timeout=dict(type="float", default=1800.0),
+            stop_timeout=dict(type="float", default=120.0),
+            state_dir=dict(type="path", default="/var/lib/inferops/serving"),
+            log_dir=dict(type="path", default="/var/log/inferops"),
+            supervisor=dict(type="str", default="auto", choices=list(_supervisor.SUPERVISORS)),
+        ),
+        supports_check_mode=True,
+    )
+    p = dict(module.params)
+    errors = validate(p)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
+    p["env"] = dict((str(k), str(v)) for k, v in (p["env"] or {}).items())
+    p["state_dir"] = os.path.abspath(p["state_dir"])
+    p["log_dir"] = os.path.abspath(p["log_dir"])
+    try:
+        changed, result, diff = _server.reconcile(p, check_mode=module.check_mode)
+    except _engines.EngineError as exc:
+        module.fail_json(msg=str(exc))
+    except _server.ServerError as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
+    except _supervisor.SupervisorError as exc:
+        module.fail_json(msg=str(exc))
+    if module._diff:
+        result["diff"] = diff
+    module.exit_json(changed=changed, **result)
+
+
+if __name__ == "__main__":
+    main()

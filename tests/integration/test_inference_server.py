@@ -1,0 +1,206 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""inference_server through real ansible-playbook runs on localhost.
+
+The real `transformers serve` engine on CPU with the tiny model, and tests/support/fake_engine.py
+(engine: command) for the failure cases. Ports are picked free, state and logs live in tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.inferops.serving.plugins.module_utils import _procs, _supervisor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FAKE = os.path.join(ROOT, "tests", "support", "fake_engine.py")
+BIN = os.path.dirname(sys.executable)
+MODEL_DIR = os.path.join(ROOT, "build", "tiny-model")
+
+
+def play(srv, name="server"):
+    """A one-task playbook; JSON is YAML, so the module arguments go in exactly as given."""
+    return "---\n- hosts: localhost\n  gather_facts: false\n  tasks:\n    - name: %s\n      inferops.serving.inference_server: %s\n" % (
+        name, json.dumps(srv))
+
+
+def carriers(name, state_dir):
+    marker = _supervisor.marker_value(name, state_dir)
+    return [i.pid for i in _procs.list_procs()
+            if i.state not in ("Z", "X") and _procs.environ_has(i.pid, _supervisor.MARKER_KEY, marker)]
+
+
+def gone(pid, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while _procs.alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _procs.alive(pid)
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "build_tiny_model.py"), "--out", MODEL_DIR],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return {"state_dir": str(tmp_path / "state"), "log_dir": str(tmp_path / "log")}
+
+
+def fake(name, port, dirs, mode="ok", model="fake", **kw):
+    cmd = [sys.executable, FAKE, "--port", str(port), "--model", model, "--mode", mode]
+    for key in ("load_s", "orphan"):
+        if key in kw:
+            cmd += ["--" + key.replace("_", "-"), str(kw.pop(key))]
+    srv = dict(name=name, engine="command", model=model, port=port, command=cmd, supervisor="process",
+               ready_timeout=30, stop_timeout=5, **dirs)
+    srv.update(kw)
+    return srv
+
+
+def test_transformers_tiny_model_lifecycle(run_playbook, tiny_model, dirs, port):
+    srv = dict(name="tiny", engine="transformers", model=tiny_model, port=port,
+               executable=os.path.join(BIN, "transformers"), python=sys.executable,
+               engine_args={"device": "cpu"}, variant="baseline", ready_timeout=300, stop_timeout=20,
+               supervisor="auto", **dirs)
+    try:
+        first = run_playbook(play(srv))
+        assert first.rc == 0, first.stdout[-3000:]
+        res = first.result("inference_server")
+        assert res["changed"] is True and res["variant"] == "baseline"
+        assert res["argv"][:3] == [os.path.join(BIN, "transformers"), "serve", tiny_model]
+        assert res["engine_version"] and res["supervisor"] == "process"
+        print("tiny transformers engine ready in %.2fs" % res["ready_s"])
+        assert 0 < res["ready_s"] < 300
+        pid = res["pid"]
+        state = json.load(open(os.path.join(dirs["state_dir"], "tiny.json")))
+        assert state["pid"] == pid and state["pgid"] == pid and state["fingerprint"] == res["fingerprint"]
+        assert state["port"] == port and state["started_at"] and state["argv"] == res["argv"]
+
+        again = run_playbook(play(srv))
+        assert again.rc == 0, again.stdout[-3000:]
+        res2 = again.result("inference_server")
+        assert res2["changed"] is False and res2["pid"] == pid and res2["fingerprint"] == res["fingerprint"]
+
+        changed = dict(srv, engine_args={"device": "cpu", "dtype": "float32"}, variant="fp32")
+        third = run_playbook(play(changed), diff=True)
+        assert third.rc == 0, third.stdout[-3000:]
+        res3 = third.result("inference_server")
+        assert res3["changed"] is True and res3["pid"] != pid and res3["fingerprint"] != res["fingerprint"]
+        assert pid in res3["stopped_pids"] and gone(pid)
+        assert res3["diff"]["before"]["argv"] == res["argv"]
+        assert res3["diff"]["after"]["argv"][-6:-4] == ["--dtype", "float32"]
+        assert "--dtype" in third.stdout  # diff shown to the user
+
+        stop = run_playbook(play(dict(changed, state="stopped")))
+        assert stop.rc == 0, stop.stdout[-3000:]
+        assert stop.result("inference_server")["changed"] is True
+        assert gone(res3["pid"]) and carriers("tiny", dirs["state_dir"]) == []
+        assert not os.path.exists(os.path.join(dirs["state_dir"], "tiny.json"))
+        assert run_playbook(play(dict(changed, state="stopped"))).result("inference_server")["changed"] is False
+    finally:
+        run_playbook(play(dict(srv, state="stopped")))
+
+
+def test_engine_exiting_at_start_fails_fast_with_log_tail(run_playbook, dirs, port):
+    started = time.monotonic()
+    run = run_playbook(play(fake("crash", port, dirs, mode="exit", ready_timeout=120)))
+    elapsed = time.monotonic() - started
+    assert run.rc != 0
+    res = run.result("inference_server")
+    assert run.results("inference_server")[-1]["status"] == "failed" and res["rc"] == 3
+    assert "exited with code 3" in res["msg"]
+    assert any("fake engine cannot load" in line for line in res["log_tail"])
+    assert elapsed < 60  # far less than ready_timeout
+    assert carriers("crash", dirs["state_dir"]) == []
+
+
+def test_never_healthy_times_out_and_leaves_nothing(run_playbook, dirs, port):
+    run = run_playbook(play(fake("stuck", port, dirs, mode="never-ready", ready_timeout=3)))
+    assert run.rc != 0
+    res = run.result("inference_server")
+    assert "not ready within ready_timeout=3" in res["msg"] and "503" in res["msg"]
+    assert res["log_tail"]
+    assert gone(res["pid"]) and carriers("stuck", dirs["state_dir"]) == []
+    assert not os.path.exists(os.path.join(dirs["state_dir"], "stuck.json"))
+
+
+def test_orphan_that_left_the_group_is_swept_on_stop(run_playbook, dirs, port, tmp_path):
+    orphan_file = tmp_path / "orphan.pid"
+    srv = fake("orph", port, dirs, orphan=str(orphan_file))
+    run = run_playbook(play(srv))
+    assert run.rc == 0, run.stdout[-3000:]
+    pid = run.result("inference_server")["pid"]
+    deadline = time.monotonic() + 10
+    while not (orphan_file.exists() and orphan_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    orphan = int(orphan_file.read_text())
+    info = _procs.read_proc(orphan)
+    assert info is not None and info.pgid != pid  # it left the engine's process group
+    stop = run_playbook(play(dict(srv, state="stopped")))
+    assert stop.rc == 0, stop.stdout[-3000:]
+    assert orphan in stop.result("inference_server")["stopped_pids"]
+    assert gone(pid) and gone(orphan)
+    assert carriers("orph", dirs["state_dir"]) == []
+
+
+def test_port_taken_by_something_else_is_a_clear_error(run_playbook, dirs, port):
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(1)
+    try:
+        run = run_playbook(play(fake("busy", port, dirs)))
+    finally:
+        sock.close()
+    assert run.rc != 0
+    res = run.result("inference_server")
+    assert "port %d on 127.0.0.1 is already in use" % port in res["msg"]
+    assert res.get("pid") is None
+    assert not os.path.exists(os.path.join(dirs["state_dir"], "busy.json"))
+    assert carriers("busy", dirs["state_dir"]) == []
+
+
+def test_check_mode_starts_nothing_and_bad_input_changes_nothing(run_playbook, dirs, port):
+    srv = fake("chk", port, dirs)
+    run = run_playbook(play(srv), check=True)
+    assert run.rc == 0, run.stdout[-3000:]
+    res = run.result("inference_server")
+    assert res["changed"] is True and res["fingerprint"].startswith("sha256:") and res["pid"] is None
+    assert carriers("chk", dirs["state_dir"]) == [] and not os.path.exists(dirs["state_dir"])
+    bad = dict(srv, command=None)
+    run = run_playbook(play(bad))
+    assert run.rc != 0
+    assert "engine=command needs command" in run.result("inference_server")["msg"]
+    assert not os.path.exists(dirs["state_dir"])
+
+
+def test_role_starts_async_with_progress_then_stops(run_playbook, dirs, port):
+    srv = fake("rolled", port, dirs, load_s=4)
+    role_vars = dict(("inference_server_" + k, v) for k, v in srv.items() if k != "supervisor")
+    role_vars.update(inference_server_poll_delay=1, inference_server_supervisor="process")
+    playbook = ("---\n- hosts: localhost\n  gather_facts: false\n  roles:\n"
+                "    - role: inferops.serving.inference_server\n")
+    try:
+        run = run_playbook(playbook, extra_vars=role_vars)
+        assert run.rc == 0, run.stdout[-3000:]
+        assert "RETRYING" in run.stdout  # the progress lines of the async_status loop
+        res = run.result(action="async_status")
+        assert res["changed"] is True and res["ready_s"] >= 3
+        again = run_playbook(playbook, extra_vars=role_vars)
+        assert again.rc == 0, again.stdout[-3000:]
+        assert again.recap()["changed"] == 0
+    finally:
+        stop = run_playbook(playbook, extra_vars=dict(role_vars, inference_server_state="stopped"))
+    assert stop.rc == 0, stop.stdout[-3000:]
+    assert carriers("rolled", dirs["state_dir"]) == []

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A stand-in OpenAI-compatible engine for the inference_server failure cases (engine: command).
+
+usage: fake_engine.py --port P [--host H] [--model NAME] [--mode MODE] [--load-s S] [--orphan FILE]
+
+modes:
+  ok           /health 503 for --load-s seconds, then 200; /v1/completions answers one token
+  exit         prints an error and exits with code 3 right away (after --load-s)
+  never-ready  /health answers 503 forever
+--orphan FILE  also start a child that leaves the process group (setsid) and lives on; its pid is written to FILE
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", default="fake")
+    parser.add_argument("--mode", default="ok", choices=["ok", "exit", "never-ready"])
+    parser.add_argument("--load-s", type=float, default=0.5)
+    parser.add_argument("--orphan")
+    parser.add_argument("--child", action="store_true")
+    args = parser.parse_known_args(argv)[0]
+
+    if args.child:  # the orphan: a new session, out of the engine's process group
+        os.setsid()
+        with open(args.orphan, "w") as handle:
+            handle.write(str(os.getpid()))
+        while True:
+            time.sleep(3600)
+
+    print("fake engine %s starting on %s:%d (%s)" % (args.model, args.host, args.port, args.mode), flush=True)
+    if args.orphan:
+        subprocess.Popen([sys.executable, os.path.abspath(__file__), "--port", "0", "--child", "--orphan", args.orphan],
+                         stdin=subprocess.DEVNULL, close_fds=True)
+    if args.mode == "exit":
+        time.sleep(args.load_s)
+        print("RuntimeError: fake engine cannot load %s" % args.model, flush=True)
+        sys.exit(3)
+    started = time.monotonic()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def ready(self):
+            return args.mode == "ok" and time.monotonic() - started >= args.load_s
+
+        def do_GET(self):
+            if self.path == "/health":
+                self._send(200 if self.ready() else 503, {"status": "ok" if self.ready() else "loading"})
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if not self.ready():
+                self._send(503, {"error": "loading"})
+            elif body.get("model") != args.model:
+                self._send(404, {"error": "model %r not found" % body.get("model")})
+            else:
+                self._send(200, {"object": "text_completion", "model": args.model,
+                                 "choices": [{"index": 0, "text": " x", "finish_reason": "length"}]})
+
+        def log_message(self, fmt, *a):
+            sys.stdout.write("fake engine: " + (fmt % a) + "\n")
+            sys.stdout.flush()
+
+    ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

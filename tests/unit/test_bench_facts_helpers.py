@@ -1,0 +1,291 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Unit tests of the bench_facts helpers: aggregation, history, regressions, report, chart."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+
+import pytest
+
+from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts as bf
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from bench_shapes import bench_result  # noqa: E402
+
+NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+LATER = NOW + datetime.timedelta(hours=1)
+GPU = {"changed": False, "clean": True, "backend": "nvidia_smi", "waited_s": 0.2, "killed": [{"pid": 4242}],
+       "gpus": [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200", "memory_used_mib": 0,
+                 "memory_total_mib": 143771, "processes": [], "clean": True, "health": {}}]}
+SERVER = {"changed": True, "argv": ["python", "-m", "sglang.launch_server", "--tp", "1"], "pid": 77,
+          "url": "http://127.0.0.1:30000", "fingerprint": "fp-srv", "variant": "eagle", "ready_s": 41.5}
+
+
+def collect(*items):
+    col = bf.RunCollector()
+    col.add_play("Bench")
+    for host, action, result in items:
+        col.add(host, action, "task", result)
+    return col
+
+
+# ---- classification and aggregation ---------------------------------------------------------
+
+@pytest.mark.parametrize("action", ["throughput_bench", "inferops.serving.throughput_bench"])
+def test_bench_results_are_known_by_action_name(action):
+    assert bf.classify(action, bench_result()) == "bench"
+
+
+def test_async_status_results_are_known_by_shape_once_finished():
+    result = dict(bench_result(), finished=True, started=True, ansible_job_id="1.2")
+    assert bf.classify("ansible.builtin.async_status", result) == "bench"
+    assert bf.classify("async_status", dict(result, finished=False)) is None
+    assert bf.classify("async_status", dict(GPU, finished=True)) == "gpu"
+    assert bf.classify("async_status", dict(SERVER, finished=True)) == "server"
+    assert bf.classify("async_status", {"finished": True, "results": [{"stdout": "x"}]}) is None
+
+
+def test_other_actions_are_ignored():
+    assert bf.classify("ansible.builtin.debug", bench_result()) is None
+    assert bf.classify("ansible.builtin.command", {"rc": 0}) is None
+    assert bf.classify("throughput_bench", {"failed": True, "msg": "boom"}) is None
+
+
+def test_collector_groups_by_host_and_takes_variant_from_labels():
+    col = collect(("h1", "inferops.serving.gpu_idle_check", GPU),
+                  ("h1", "inferops.serving.inference_server", SERVER),
+                  ("h1", "inferops.serving.throughput_bench", bench_result(variant="eagle", fingerprint="fp-e")),
+                  ("h2", "throughput_bench", bench_result(variant="base", fingerprint="fp-b")))
+    assert col.order == ["h1", "h2"]
+    assert col.hosts["h1"]["gpu_checks"][0]["killed"] == [{"pid": 4242}]
+    assert col.hosts["h1"]["servers"][0]["argv"][2] == "sglang.launch_server"
+    assert col.identity("h1", col.hosts["h1"]["benchmarks"][0]) == ("eagle", "fp-e")
+    assert col.identity("h2", col.hosts["h2"]["benchmarks"][0]) == ("base", "fp-b")
+
+
+def test_variant_and_fingerprint_fall_back_to_the_server_result():
+    result = bench_result()
+    for lvl in result["results"]:
+        lvl["labels"] = {}
+    col = collect(("h", "inference_server", SERVER), ("h", "throughput_bench", result))
+    assert col.identity("h", col.hosts["h"]["benchmarks"][0]) == ("eagle", "fp-srv")
+    col = collect(("h", "throughput_bench", result))
+    assert col.identity("h", col.hosts["h"]["benchmarks"][0]) == ("default", None)
+
+
+def test_looped_task_results_are_split_into_items():
+    looped = {"changed": False, "msg": "All items completed", "results": [
+        dict(bench_result(variant="a"), item="a", ansible_loop_var="item"),
+        dict(bench_result(variant="b"), item="b", ansible_loop_var="item")]}
+    col = collect(("h", "throughput_bench", looped))
+    assert [b["labels"]["variant"] for b in col.hosts["h"]["benchmarks"]] == ["a", "b"]
+
+
+def test_history_records_one_per_host_variant_concurrency():
+    col = collect(("h", "throughput_bench", bench_result((1, 8), variant="v", fingerprint="f",
+                                                         acceptance_length=2.5)))
+    recs = bf.history_records(col, NOW, "rid")
+    assert [(r["host"], r["variant"], r["concurrency"]) for r in recs] == [("h", "v", 1), ("h", "v", 8)]
+    rec = recs[0]
+    assert rec["time"] == "2026-01-02T03:04:05Z" and rec["run"] == "rid" and rec["fingerprint"] == "f"
+    assert rec["tpot_ms"] == pytest.approx(10.0)
+    assert rec["ttft_ms"] == pytest.approx(50.0)
+    assert rec["decode_tps_per_request"] == pytest.approx(100.0)
+    assert rec["e2e_tps_per_request"] == pytest.approx(256 / 2.6)
+    assert rec["acceptance_length"] == 2.5
+    assert rec["output_throughput"] == pytest.approx(256 / 2.6)
+    assert rec["tpot_ms_p99"] == pytest.approx(10.0)
+
+
+# ---- history ------------------------------------------------------------------------------
+
+def test_history_append_and_read_back(tmp_path):
+    path = str(tmp_path / "history.jsonl")
+    bf.append_history(path, [{"host": "h", "variant": "v", "concurrency": 1, "output_throughput": 1.0}])
+    bf.append_history(path, [{"host": "h", "variant": "v", "concurrency": 1, "output_throughput": 2.0}])
+    lines = open(path).read().splitlines()
+    assert len(lines) == 2 and all(json.loads(line) for line in lines)
+    records, skipped = bf.read_history(path)
+    assert [r["output_throughput"] for r in records] == [1.0, 2.0] and skipped == 0
+
+
+def test_history_tolerates_corrupt_lines(tmp_path):
+    path = tmp_path / "history.jsonl"
+    path.write_text('{"host": "h", "variant": "v", "concurrency": 1}\n{"host": "h", "varia\n\n[1, 2]\n'
+                    '{"host": "h", "variant": "v", "concurrency": 2}\n')
+    records, skipped = bf.read_history(str(path))
+    assert [r["concurrency"] for r in records] == [1, 2] and skipped == 2
+
+
+def test_missing_history_is_empty(tmp_path):
+    assert bf.read_history(str(tmp_path / "none.jsonl")) == ([], 0)
+
+
+def test_previous_levels_is_the_last_run_per_key():
+    history = [{"host": "h", "variant": "v", "concurrency": 1, "run": "r1", "output_throughput": 1.0},
+               {"host": "h", "variant": "v", "concurrency": 1, "run": "r2", "output_throughput": 2.0},
+               {"host": "h", "variant": "w", "concurrency": 1, "run": "r2", "output_throughput": 9.0}]
+    prev = bf.previous_levels(history)
+    assert prev[("h", "v", 1)]["run"] == "r2" and prev[("h", "w", 1)]["output_throughput"] == 9.0
+
+
+# ---- regressions --------------------------------------------------------------------------
+
+def rec(tput, tpot, conc=1, variant="v", host="h", fp="f"):
+    return {"host": host, "variant": variant, "concurrency": conc, "output_throughput": tput, "tpot_ms": tpot,
+            "fingerprint": fp, "run": "r"}
+
+
+def test_no_history_flags_nothing():
+    assert bf.find_regressions([rec(100.0, 10.0)], {}, 10) == []
+
+
+def test_drop_in_throughput_beyond_threshold_is_flagged():
+    prev = {("h", "v", 1): rec(100.0, 10.0)}
+    found = bf.find_regressions([rec(89.0, 10.0)], prev, 10)
+    assert [(r["metric"], r["before"], r["after"]) for r in found] == [("output_throughput", 100.0, 89.0)]
+    assert bf.find_regressions([rec(91.0, 10.0)], prev, 10) == []
+    assert bf.find_regressions([rec(150.0, 5.0)], prev, 10) == []  # faster is not a regression
+
+
+def test_rise_in_tpot_beyond_threshold_is_flagged():
+    prev = {("h", "v", 1): rec(100.0, 10.0)}
+    found = bf.find_regressions([rec(100.0, 11.5)], prev, 10)
+    assert [r["metric"] for r in found] == ["tpot_ms"] and found[0]["change_pct"] == 15.0
+    assert bf.find_regressions([rec(100.0, 10.9)], prev, 10) == []
+
+
+def test_regressions_compare_only_the_same_host_variant_concurrency():
+    prev = {("h", "v", 1): rec(100.0, 10.0)}
+    assert bf.find_regressions([rec(10.0, 99.0, conc=2), rec(10.0, 99.0, variant="w"),
+                                rec(10.0, 99.0, host="g")], prev, 10) == []
+
+
+def test_regression_lines_one_per_level_with_before_and_after():
+    prev = {("h", "v", 4): dict(rec(100.0, 10.0, conc=4), fingerprint="old", run="r0")}
+    lines = bf.regression_lines(bf.find_regressions([rec(50.0, 20.0, conc=4, fp="new")], prev, 10))
+    assert len(lines) == 1
+    line = lines[0]
+    assert line.startswith("REGRESSION: host h, variant v, concurrency 4: ")
+    assert "output throughput 100.0 \u2192 50.0 tok/s (-50.0 %)" in line
+    assert "TPOT p50 10.00 \u2192 20.00 ms (+100.0 %)" in line
+    assert "[fingerprint old \u2192 new]" in line and "[previous run r0]" in line
+
+
+# ---- summary, report, chart ----------------------------------------------------------------
+
+def two_variant_run():
+    return collect(("h", "gpu_idle_check", GPU), ("h", "inference_server", SERVER),
+                   ("h", "throughput_bench", bench_result((1, 4), variant="base", fingerprint="fb")),
+                   ("h", "throughput_bench", bench_result((1, 4), variant="eagle", fingerprint="fe", step_ms=5.0,
+                                                          acceptance_length=2.0)))
+
+
+def test_summary_shows_speedup_against_the_previous_variant():
+    col = two_variant_run()
+    recs = bf.history_records(col, NOW, "r")
+    lines = bf.summary_lines(recs, {}, [])
+    eagle = [line for line in lines if line.strip().startswith("eagle")]
+    # half the step, same TTFT: (50 + 255 * 10) / (50 + 255 * 5) = 1.96x
+    assert len(eagle) == 2 and all(line.split()[-2] == "1.96×" for line in eagle)
+    assert lines[-1].startswith("bench_facts: no regression")
+
+
+def test_report_has_a_table_per_host_speedups_and_gpu_check():
+    col = two_variant_run()
+    recs = bf.history_records(col, NOW, "r")
+    run = bf.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
+    report = bf.render_report(run, recs, {}, [], 10.0, chart="r.png")
+    assert "## h" in report
+    assert "| eagle | `fe` | 1 |" in report and "| 1.96× | first run |" in report
+    assert "| eagle | base |" in report and "| base | eagle |" in report
+    assert "GPU check (task): clean, 1 GPU(s): 0 NVIDIA H200, killed 1 (4242)" in report
+    assert "fingerprint `fp-srv`, ready in 41.50 s" in report
+    assert "![output throughput" in report and "(r.png)" in report
+
+
+def test_report_shows_the_previous_run_and_regressions():
+    col = collect(("h", "throughput_bench", bench_result((1,), variant="v", fingerprint="f", step_ms=20.0)))
+    recs = bf.history_records(col, LATER, "r2")
+    prev = {("h", "v", 1): dict(rec(98.46, 10.0), run="r1")}
+    regs = bf.find_regressions(recs, prev, 10)
+    run = bf.run_document(col, "r2", LATER, "bench.yml", "2.19.14", 10.0, regs)
+    report = bf.render_report(run, recs, prev, regs, 10.0)
+    assert "## Regressions" in report and "- REGRESSION: host h, variant v, concurrency 1" in report
+    assert "| 0.50× |" in report
+
+
+def test_run_document_carries_everything():
+    col = two_variant_run()
+    run = bf.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
+    assert run["variants"] == ["base", "eagle"] and run["fingerprints"] == {"base": ["fb"], "eagle": ["fe"]}
+    assert run["plays"] == ["Bench"] and run["ansible_version"] == "2.19.14"
+    assert run["collection_version"] == "0.1.0"
+    host = run["hosts"]["h"]
+    assert host["gpu_checks"][0]["gpus"][0]["name"] == "NVIDIA H200"
+    assert host["servers"][0]["ready_s"] == 41.5
+    assert [len(b["levels"]) for b in host["benchmarks"]] == [2, 2]
+    json.dumps(run)
+
+
+def test_chart_is_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    recs = bf.history_records(two_variant_run(), NOW, "r")
+    path = str(tmp_path / "c.png")
+    assert bf.render_chart(path, recs) is None
+    with open(path, "rb") as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chart_without_matplotlib_says_why(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    recs = bf.history_records(two_variant_run(), NOW, "r")
+    assert "matplotlib" in bf.render_chart(str(tmp_path / "c.png"), recs)
+    assert not os.path.exists(str(tmp_path / "c.png"))
+
+
+# ---- finish: the whole end-of-play step ----------------------------------------------------
+
+def test_finish_writes_run_history_report_chart_then_flags_a_slower_second_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    out_dir = str(tmp_path / "results")
+    first = bf.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "/x/bench.yml", "2.19", 10, NOW)
+    assert first.regressions == [] and first.warnings == []
+    assert sorted(first.paths) == ["chart", "history", "report", "run"]
+    assert os.path.basename(first.paths["run"]) == "20260102T030405Z-bench.json"
+    second = bf.finish(collect(("h", "throughput_bench", bench_result(step_ms=20.0))), out_dir, "/x/bench.yml",
+                       "2.19", 10, LATER)
+    assert len(second.regressions) == 6  # 3 levels x (throughput, TPOT)
+    assert sum(1 for line in second.summary if line.startswith("REGRESSION:")) == 3
+    assert len(open(os.path.join(out_dir, "history.jsonl")).read().splitlines()) == 6
+    with open(second.paths["run"]) as handle:
+        assert len(json.load(handle)["regressions"]) == 6
+
+
+def test_finish_in_the_same_second_does_not_overwrite(tmp_path):
+    out_dir = str(tmp_path)
+    a = bf.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "b.yml", "2.19", 10, NOW)
+    b = bf.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "b.yml", "2.19", 10, NOW)
+    assert a.paths["run"] != b.paths["run"] and b.run["run"].endswith("-2")
+
+
+def test_finish_with_an_unwritable_dir_warns_once_and_still_summarises(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    out = bf.finish(collect(("h", "throughput_bench", bench_result())), str(blocker / "results"), "b.yml",
+                    "2.19", 10, NOW)
+    assert len(out.warnings) == 1 and "cannot write results" in out.warnings[0]
+    assert out.paths == {} and out.summary and "# Benchmark run" in out.report
+
+
+def test_bench_summary_rows_for_set_stats():
+    rows = bf.bench_summary(dict(bench_result((1, 4), variant="v", fingerprint="f"), finished=True), "h")
+    assert [(r["host"], r["variant"], r["concurrency"]) for r in rows] == [("h", "v", 1), ("h", "v", 4)]
+    assert rows[0]["tpot_ms"] == pytest.approx(10.0) and "time" not in rows[0]
+    assert "host" not in bf.bench_summary(bench_result((1,)))[0]
+    assert bf.bench_summary({"rc": 0}) == []
