@@ -105,7 +105,7 @@ class Bench(object):
         return _metrics.parse_prometheus(text)
 
     async def level(self, concurrency, requests, warmup):
-        conns = [_stream.Connection(self.target, self.api_key) for _ in range(concurrency)]
+        conns = [_stream.Connection(self.target, self.api_key) for dummy in range(concurrency)]
         try:
             # connect and warm up every worker; all measured requests start after this barrier
             await asyncio.gather(*(self._warm(c, warmup) for c in conns))
@@ -139,7 +139,7 @@ class Bench(object):
         return result
 
     async def _warm(self, conn, warmup):
-        for _ in range(warmup):
+        for dummy in range(warmup):
             await conn.post(self.path, self._body(), self.timeout)
         if conn.protocol is None:
             try:

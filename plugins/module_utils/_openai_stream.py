@@ -286,7 +286,7 @@ class _Response(object):
             return
         headers = {}
         for line in lines[1:]:
-            key, _, value = line.partition(":")
+            key, dummy, value = line.partition(":")
             headers[key.strip().lower()] = value.strip()
         self.headers = headers
         self.record.status = status

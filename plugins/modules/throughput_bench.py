@@ -21,7 +21,7 @@ description:
     (n_out - n_first)); C(decode_tps_per_request = 1 / tpot) (the per-request decode speed);
     C(e2e_tps_per_request = n_out / e2e) (tokens over end-to-end latency, a different and lower
     figure); C(output_throughput = sum(n_out) / W) with C(W = max(t_last) - min(t_send)) of the level."
-  - Reads only; the module never changes the host (RV(changed) is always false). Standard library
+  - Reads only; the module never changes the host (C(changed) is always false). Standard library
     only on the target (asyncio), Python 3.8 or later.
 author:
   - inferops.serving maintainers (@inferops)
@@ -307,8 +307,8 @@ def main():
             api=dict(type="str", default="completions", choices=["completions", "chat"]),
             concurrency=dict(type="list", elements="int", default=[1]),
             requests_per_level=dict(type="int"),
-            input_tokens=dict(type="int", default=128),
-            output_tokens=dict(type="int", default=256),
+            input_tokens=dict(type="int", default=128, no_log=False),
+            output_tokens=dict(type="int", default=256, no_log=False),
             ignore_eos=dict(type="bool", default=True),
             warmup=dict(type="int", default=1),
             api_key=dict(type="str", no_log=True),

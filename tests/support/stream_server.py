@@ -109,7 +109,7 @@ class Server(object):
 
     async def route(self, method, target, headers, body, writer, t_arrival):
         cfg = self.cfg
-        path, _, query = target.partition("?")
+        path, dummy, query = target.partition("?")
         if path == "/health":
             return self.respond(writer, 200, {"status": "ok"})
         if path == "/stats":
