@@ -45,6 +45,7 @@ class Stats(object):
         self.late = []
         self.requests = 0
         self.max_active = 0
+        self.trace = []  # per stream: [t_arrival, t_admitted, t_first_write, t_last_write, tokens, chunks, tag]
 
     def summary(self):
         late = sorted(self.late)
@@ -53,6 +54,14 @@ class Stats(object):
         return {"chunks": n, "requests": self.requests, "max_active": self.max_active,
                 "late_ms": {"mean": (sum(late) / n * 1000.0) if n else None, "p50": pct(0.5),
                             "p99": pct(0.99), "max": (late[-1] * 1000.0) if n else None}}
+
+    def traces(self):
+        """Per stream, on the system-wide monotonic clock (the same clock as the client's
+        time.monotonic()): when the head arrived, when it was admitted, when its first and last
+        content chunks were written, its tokens and chunks, and the prompt's first word (a tag a
+        client can use to match its own records)."""
+        keys = ("t_arrival", "t_admitted", "t_first_write", "t_last_write", "tokens", "chunks", "tag")
+        return [dict(zip(keys, row)) for row in self.trace]
 
 
 class Server(object):
@@ -114,6 +123,8 @@ class Server(object):
             return self.respond(writer, 200, {"status": "ok"})
         if path == "/stats":
             out = self.stats.summary()
+            if "trace=1" in query:
+                out["trace"] = self.stats.traces()
             if "reset=1" in query:
                 self.stats.reset()
             return self.respond(writer, 200, out)
@@ -190,16 +201,19 @@ class Server(object):
         head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"
         writer.write(head)
 
-        def send(data):
+        def framed(data):
+            """The bytes of one write: the SSE frame, HTTP-chunked unless close-delimited."""
             if not chunked:
-                writer.write(data)
-            elif cfg.utf8 and len(data) > 8:
+                return [data]
+            if cfg.utf8 and len(data) > 8:
                 # split the frame inside a multi-byte character when there is one, in two HTTP chunks
                 cut = next((i for i in range(len(data)) if data[i] >= 0xC0), len(data) // 2) + 1
-                writer.write(b"%x\r\n%s\r\n" % (cut, data[:cut]))
-                writer.write(b"%x\r\n%s\r\n" % (len(data) - cut, data[cut:]))
-            else:
-                writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                return [b"%x\r\n%s\r\n" % (cut, data[:cut]), b"%x\r\n%s\r\n" % (len(data) - cut, data[cut:])]
+            return [b"%x\r\n%s\r\n" % (len(data), data)]
+
+        def send(data):
+            for part in framed(data):
+                writer.write(part)
 
         if self.sem is not None:
             await self.sem.acquire()
@@ -210,48 +224,94 @@ class Server(object):
             if cfg.role_chunk:
                 send(frame(role=True))
             chunks = int(math.ceil(n / float(cfg.k)))
-            sent = 0
-            for i in range(chunks):
-                deadline = t0 + cfg.ttft + i * cfg.step
-                delay = deadline - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                self.stats.late.append(max(0.0, loop.time() - deadline))
-                if drop and i == 3:
-                    writer.transport.abort()
-                    return False
-                m = min(cfg.k, n - sent)
-                text = "".join(self.token(sent + j) for j in range(m))
-                sent += m
-                last = i == chunks - 1
-                inline = usage if (include_usage and cfg.usage == "inline" and last) else None
-                send(frame(text=text, finish=("length" if n == req.get("max_tokens") else "stop") if last else None,
-                           usage_obj=inline))
-                if cfg.metrics and i > 0:
-                    self.drafts += 1
-                    self.draft_tokens += cfg.spec_tokens
-                    self.accepted += cfg.k - 1
-                if writer.transport.get_write_buffer_size() > 65536:
-                    await writer.drain()
+            finish = "length" if n == req.get("max_tokens") else "stop"
+            trace = [t_arrival, t0, None, None, n, chunks, prompt.split(" ", 1)[0][:32]]
             extra = None
             if cfg.meta_info:
                 extra = {"meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, chunks)}}
+            tail = []  # after the last content chunk: usage, meta_info, [DONE], the last HTTP chunk
             if include_usage and cfg.usage in ("last", "late"):
-                if cfg.usage == "late":
-                    await asyncio.sleep(cfg.late_usage)
-                send(frame(choices=False, usage_obj=usage, extra=extra))
+                tail.append(frame(choices=False, usage_obj=usage, extra=extra))
             elif extra:
-                send(frame(choices=False, extra=extra))
+                tail.append(frame(choices=False, extra=extra))
             if cfg.done:
-                send(b"data: [DONE]\n\n")
+                tail.append(b"data: [DONE]\n\n")
+            tail = [part for data in tail for part in framed(data)]
             if chunked:
-                writer.write(b"0\r\n\r\n")
+                tail.append(b"0\r\n\r\n")
+            late = include_usage and cfg.usage == "late"
+            # the tail goes out in the same write burst as the last content chunk (a real server's
+            # usage chunk follows at once), unless the usage chunk is to come late
+            ok = await self.stream(loop, writer, t0, n, chunks, drop, trace, framed, frame,
+                                   usage if (include_usage and cfg.usage == "inline") else None, finish,
+                                   [] if late else tail)
+            if not ok:
+                return False
+            if late:
+                await asyncio.sleep(cfg.late_usage)
+                for part in tail:
+                    writer.write(part)
+            self.stats.trace.append(trace)
             await writer.drain()
             return chunked
         finally:
             self.active -= 1
             if self.sem is not None:
                 self.sem.release()
+
+    def stream(self, loop, writer, t0, n, chunks, drop, trace, framed, frame, inline_usage, finish, tail):
+        """Write the content chunks on absolute deadlines t0 + ttft + i * step; a future of whether
+        the stream ended normally.
+
+        Each chunk is one timer callback and one write of bytes rendered once per distinct chunk, so
+        the server's own event loop stays on schedule with hundreds of streams on a small machine
+        (a coroutine per stream sleeping and re-encoding JSON per chunk ran tens of ms late at 128).
+        """
+        cfg = self.cfg
+        stats = self.stats
+        done = loop.create_future()
+        cache = {}
+        state = [0, 0]  # next chunk index, tokens sent
+
+        def tick():
+            i, sent = state
+            deadline = t0 + cfg.ttft + i * cfg.step
+            now = loop.time()
+            stats.late.append(now - deadline if now > deadline else 0.0)
+            if writer.transport.is_closing():
+                done.set_result(False)
+                return
+            if drop and i == 3:
+                writer.transport.abort()
+                done.set_result(False)
+                return
+            m = min(cfg.k, n - sent)
+            last = i == chunks - 1
+            key = (sent % len(UTF8_TOKENS) if cfg.utf8 else 0, m, last)
+            parts = cache.get(key)
+            if parts is None:
+                text = "".join(self.token(sent + j) for j in range(m))
+                parts = cache[key] = framed(frame(text=text, finish=finish if last else None,
+                                                  usage_obj=inline_usage if last else None))
+            for part in parts:
+                writer.write(part)
+            trace[3] = loop.time()
+            if i == 0:
+                trace[2] = trace[3]
+            if cfg.metrics and i > 0:
+                self.drafts += 1
+                self.draft_tokens += cfg.spec_tokens
+                self.accepted += cfg.k - 1
+            state[0], state[1] = i + 1, sent + m
+            if last:
+                for part in tail:
+                    writer.write(part)
+                done.set_result(True)
+            else:
+                loop.call_at(t0 + cfg.ttft + (i + 1) * cfg.step, tick)
+
+        loop.call_at(t0 + cfg.ttft, tick)
+        return done
 
     def token(self, i):
         return UTF8_TOKENS[i % len(UTF8_TOKENS)] if self.cfg.utf8 else ASCII_TOKEN
