@@ -111,14 +111,16 @@ class Bench(object):
             await asyncio.gather(*(self._warm(c, warmup) for c in conns))
             before = self.scrape()
             records = []
-            remaining = [requests]
+            # bodies are built before the barrier, so that starting a request is only a write
+            bodies = [self._body() for dummy in range(requests)]
+            bodies.reverse()
             probe = LagProbe()
             gc_was = gc.isenabled()
             gc.collect()
             gc.disable()
             probe.start()
             try:
-                await asyncio.gather(*(self._worker(c, remaining, records) for c in conns))
+                await asyncio.gather(*(self._worker(c, bodies, records) for c in conns))
             finally:
                 lag = await probe.stop()
                 if gc_was:
@@ -147,10 +149,9 @@ class Bench(object):
             except _stream.RequestError:
                 pass  # the measured requests report it
 
-    async def _worker(self, conn, remaining, records):
-        while remaining[0] > 0:
-            remaining[0] -= 1
-            records.append(await conn.post(self.path, self._body(), self.timeout))
+    async def _worker(self, conn, bodies, records):
+        while bodies:
+            records.append(await conn.post(self.path, bodies.pop(), self.timeout))
 
     async def run(self, levels):
         """levels: [(concurrency, requests, warmup)] -> (results, client)."""
