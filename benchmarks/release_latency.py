@@ -37,7 +37,7 @@ def collection_path():
 
 
 sys.path.insert(0, collection_path())
-from ansible_collections.inferops.serving.plugins.module_utils import _gpu, _idle_check, _procs  # noqa: E402
+from ansible_collections.inferops.serving.plugins.module_utils import _gpu, _idle_check  # noqa: E402
 
 
 def run_cmd(argv):
@@ -62,7 +62,7 @@ def fake_smi(tmp):
 
 
 def start_holder(args, state):
-    ready = tempfile.mktemp(prefix="holder-ready-")
+    ready = os.path.join(tempfile.mkdtemp(prefix="holder-"), "ready")
     if args.backend == "nvml":
         code = ("import os, sys, time, torch; x = torch.empty(%d, dtype=torch.uint8, device='cuda:0'); "
                 "torch.cuda.synchronize(); open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(3600)"

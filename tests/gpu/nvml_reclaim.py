@@ -37,7 +37,7 @@ def main():
     backend = _gpu.NvmlBackend(pynvml)
     indices = backend.indices()
     show("idle", backend.snapshot(indices))
-    ready = tempfile.mktemp()
+    ready = os.path.join(tempfile.mkdtemp(), "ready")
     code = ("import os, sys, time, torch; x = torch.empty(8 << 30, dtype=torch.uint8, device='cuda:0'); "
             "torch.cuda.synchronize(); open(sys.argv[1], 'w').write('1'); time.sleep(3600)")
     # argv carries 'vllm' so the default reclaim_match puts it in scope, like a leftover engine
