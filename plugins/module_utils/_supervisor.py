@@ -149,14 +149,13 @@ class Base(object):
         return handle, offset
 
     def _signal_set(self, members, sig):
+        """Signal each process on its own, through _procs.send (which skips reused PIDs)."""
         sent = []
         for pid, start in members.items():
-            if _procs.alive(pid, self.root, start):
-                try:
-                    os.kill(pid, sig)
-                    sent.append(pid)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            try:
+                sent.extend(_procs.send(_procs.Target(pid=pid, members=[(pid, start)]), sig, self.root))
+            except PermissionError:
+                pass
         return sent
 
     def _wait_gone(self, members, timeout):
