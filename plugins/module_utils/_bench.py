@@ -176,6 +176,11 @@ class Bench(object):
             info["warnings"].append("the client's event loop lagged up to %.1f ms (p99) behind schedule: "
                                     "its timestamps may be late by as much; run the client on a less loaded "
                                     "host or lower the concurrency" % worst)
+        no_text = sum(r.get("no_text") or 0 for r in results)
+        if no_text:
+            info["warnings"].append("%d request(s) completed with tokens (per usage) that decoded to no text, so they "
+                                    "have no latencies: their tokens count in the throughputs, they are missing from "
+                                    "the ttft/tpot/e2e distributions (see each level's no_text)" % no_text)
         if self.metrics_errors:
             info["warnings"].append("metrics_url could not be read: %s" % self.metrics_errors[0])
         return info

@@ -433,7 +433,10 @@ class Connection(object):
             elif response.sse is None:
                 record.error_kind = "not_a_stream"
                 record.error = "expected text/event-stream, got %r" % response.headers.get("content-type")
-            elif record.error_kind is None and record.t_first is None:
+            elif record.error_kind is None and record.t_first is None and not _usage_tokens(record.usage):
+                # no text and no usage: nothing shows that anything was generated. (With usage, the
+                # request completed with tokens that decode to no text, special tokens for example:
+                # it counts, without latencies.)
                 record.error_kind, record.error = "no_content", "the stream carried no generated text"
             if not response.keep_alive:
                 self.close()
@@ -471,6 +474,11 @@ class Connection(object):
 def _expire(future):
     if not future.done():
         future.set_exception(asyncio.TimeoutError())
+
+
+def _usage_tokens(usage):
+    tokens = (usage or {}).get("completion_tokens")
+    return tokens if isinstance(tokens, int) and tokens > 0 else 0
 
 
 def _error_message(text):
