@@ -15,13 +15,18 @@ Edge cases, each a flag: a role-only first chunk, a usage-only last chunk (on ti
 the last content chunk, or none), [DONE] or not, multi-byte UTF-8 tokens split across writes,
 chunked transfer encoding or close-delimited bodies, dropped connections, vLLM spec-decode counters
 on /metrics and SGLang-style meta_info. GET /stats reports how late the server's own writes were
-(?reset=1 clears it), so a benchmark can tell server drift from client error.
+(?reset=1 clears it; ?trace=1 adds every stream's arrival, admission and first and last writes on
+the system monotonic clock), so a benchmark can tell server drift from client error.
+
+Requests are parsed in the connection's data_received and chunks written from timer callbacks, no
+coroutine per request: admitting 128 requests at once takes a few milliseconds, not tens.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import math
 import socket
@@ -65,95 +70,58 @@ class Stats(object):
 
 
 class Server(object):
-    def __init__(self, cfg):
+    """The server's state and its routes; connections are _Conn protocols that call handle()."""
+
+    def __init__(self, cfg, loop):
         self.cfg = cfg
+        self.loop = loop
         self.stats = Stats()
-        self.sem = asyncio.Semaphore(cfg.batch_cap) if cfg.batch_cap > 0 else None
         self.active = 0
+        self.waiting = collections.deque()  # streams waiting for a decode slot (--batch-cap)
         self.counter = 0
         # spec-decode counters with a since-start history that must not leak into a run's figure
         self.drafts = 1000
         self.draft_tokens = 1000 * max(1, cfg.spec_tokens)
         self.accepted = 250
 
-    # ------------------------------------------------------------------ HTTP plumbing
-    async def handle(self, reader, writer):
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                t_arrival = asyncio.get_running_loop().time()
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _version = lines[0].split(" ", 2)
-                headers = {}
-                for line in lines[1:]:
-                    if ":" in line:
-                        key, value = line.split(":", 1)
-                        headers[key.strip().lower()] = value.strip()
-                body = b""
-                if "content-length" in headers:
-                    body = await reader.readexactly(int(headers["content-length"]))
-                keep = await self.route(method, target, headers, body, writer, t_arrival)
-                if not keep:
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return
-        finally:
-            try:
-                writer.close()
-            except Exception:  # pylint: disable=broad-except
-                pass
-
-    def respond(self, writer, status, obj, ctype="application/json"):
-        body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "X")
-        writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
-                     % (status, reason.encode(), ctype.encode(), len(body)) + body)
-        return True
-
-    async def route(self, method, target, headers, body, writer, t_arrival):
+    # ------------------------------------------------------------------ routes
+    def handle(self, conn, method, target, headers, body, t_arrival):
         cfg = self.cfg
         path, dummy, query = target.partition("?")
         if path == "/health":
-            return self.respond(writer, 200, {"status": "ok"})
+            return conn.respond(200, {"status": "ok"})
         if path == "/stats":
             out = self.stats.summary()
             if "trace=1" in query:
                 out["trace"] = self.stats.traces()
             if "reset=1" in query:
                 self.stats.reset()
-            return self.respond(writer, 200, out)
+            return conn.respond(200, out)
         if path == "/metrics" and cfg.metrics:
             text = ("# TYPE vllm:spec_decode_num_drafts_total counter\n"
                     'vllm:spec_decode_num_drafts_total{engine="0",model_name="%s"} %d\n'
                     'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="%s"} %d\n'
                     'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="%s"} %d\n'
                     % (cfg.models[0], self.drafts, cfg.models[0], self.draft_tokens, cfg.models[0], self.accepted))
-            return self.respond(writer, 200, text.encode(), "text/plain; version=0.0.4")
+            return conn.respond(200, text.encode(), "text/plain; version=0.0.4")
         if cfg.api_key and headers.get("authorization") != "Bearer " + cfg.api_key:
-            return self.respond(writer, 401, {"error": {"message": "invalid api key"}})
+            return conn.respond(401, {"error": {"message": "invalid api key"}})
         if path == "/v1/models" and method == "GET":
-            return self.respond(writer, 200, {"object": "list", "data": [
+            return conn.respond(200, {"object": "list", "data": [
                 {"id": m, "object": "model", "owned_by": "stand-in"} for m in cfg.models]})
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
                 req = json.loads(body)
             except ValueError:
-                return self.respond(writer, 400, {"error": {"message": "body is not JSON"}})
+                return conn.respond(400, {"error": {"message": "body is not JSON"}})
             if req.get("model") not in cfg.models:
-                return self.respond(writer, 404, {"error": {"message": "The model `%s` does not exist." % req.get("model")}})
-            return await self.generate(path.endswith("chat/completions"), req, writer, t_arrival)
-        return self.respond(writer, 404, {"error": {"message": "no route %s %s" % (method, path)}})
+                return conn.respond(404, {"error": {"message": "The model `%s` does not exist." % req.get("model")}})
+            return self.generate(conn, path.endswith("chat/completions"), req, t_arrival)
+        return conn.respond(404, {"error": {"message": "no route %s %s" % (method, path)}})
 
     # ------------------------------------------------------------------ generation
-    async def generate(self, chat, req, writer, t_arrival):
+    def generate(self, conn, chat, req, t_arrival):
         cfg = self.cfg
-        loop = asyncio.get_running_loop()
         self.counter += 1
         self.stats.requests += 1
         drop = cfg.drop_every > 0 and self.counter % cfg.drop_every == 0
@@ -169,6 +137,17 @@ class Server(object):
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         obj_name = "chat.completion.chunk" if chat else "text_completion"
         base = {"id": "cmpl-%d" % self.counter, "object": obj_name, "created": int(time.time()), "model": req["model"]}
+        chunks = int(math.ceil(n / float(cfg.k)))
+
+        if not req.get("stream"):
+            text = "".join(self.token(i) for i in range(n))
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": "length"}
+            self.loop.call_later(cfg.ttft + max(0, chunks - 1) * cfg.step, conn.respond, 200,
+                                 dict(base, choices=[choice], usage=usage))
+            return True
 
         def frame(text=None, role=False, finish=None, usage_obj=None, choices=True, extra=None):
             obj = dict(base)
@@ -187,22 +166,10 @@ class Server(object):
                 obj.update(extra)
             return ("data: " + json.dumps(obj, ensure_ascii=False) + "\n\n").encode("utf-8")
 
-        if not req.get("stream"):
-            text = "".join(self.token(i) for i in range(n))
-            await asyncio.sleep(cfg.ttft + max(0, math.ceil(n / float(cfg.k)) - 1) * cfg.step)
-            if chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-            else:
-                choice = {"index": 0, "text": text, "finish_reason": "length"}
-            return self.respond(writer, 200, dict(base, choices=[choice], usage=usage))
-
         chunked = cfg.transfer == "chunked"
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"
-        writer.write(head)
 
         def framed(data):
-            """The bytes of one write: the SSE frame, HTTP-chunked unless close-delimited."""
+            """The writes of one SSE frame: HTTP-chunked unless close-delimited."""
             if not chunked:
                 return [data]
             if cfg.utf8 and len(data) > 8:
@@ -211,110 +178,197 @@ class Server(object):
                 return [b"%x\r\n%s\r\n" % (cut, data[:cut]), b"%x\r\n%s\r\n" % (len(data) - cut, data[cut:])]
             return [b"%x\r\n%s\r\n" % (len(data), data)]
 
-        def send(data):
-            for part in framed(data):
-                writer.write(part)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"
+        extra = None
+        if cfg.meta_info:
+            extra = {"meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, chunks)}}
+        tail = []  # after the last content chunk: usage, meta_info, [DONE], the last HTTP chunk
+        if include_usage and cfg.usage in ("last", "late"):
+            tail.append(frame(choices=False, usage_obj=usage, extra=extra))
+        elif extra:
+            tail.append(frame(choices=False, extra=extra))
+        if cfg.done:
+            tail.append(b"data: [DONE]\n\n")
+        tail = [part for data in tail for part in framed(data)]
+        if chunked:
+            tail.append(b"0\r\n\r\n")
+        stream = _Stream(self, conn, n, chunks, drop, frame, framed, head, tail,
+                         usage if (include_usage and cfg.usage == "inline") else None,
+                         "length" if n == req.get("max_tokens") else "stop", keep=chunked,
+                         late=include_usage and cfg.usage == "late", trace=[t_arrival, None, None, None, n, chunks, prompt.split(" ", 1)[0][:32]])
+        if cfg.batch_cap > 0 and self.active >= cfg.batch_cap:
+            self.waiting.append(stream)
+        else:
+            stream.start()
+        return True
 
-        if self.sem is not None:
-            await self.sem.acquire()
-        self.active += 1
-        self.stats.max_active = max(self.stats.max_active, self.active)
-        try:
-            t0 = loop.time()
-            if cfg.role_chunk:
-                send(frame(role=True))
-            chunks = int(math.ceil(n / float(cfg.k)))
-            finish = "length" if n == req.get("max_tokens") else "stop"
-            trace = [t_arrival, t0, None, None, n, chunks, prompt.split(" ", 1)[0][:32]]
-            extra = None
-            if cfg.meta_info:
-                extra = {"meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, chunks)}}
-            tail = []  # after the last content chunk: usage, meta_info, [DONE], the last HTTP chunk
-            if include_usage and cfg.usage in ("last", "late"):
-                tail.append(frame(choices=False, usage_obj=usage, extra=extra))
-            elif extra:
-                tail.append(frame(choices=False, extra=extra))
-            if cfg.done:
-                tail.append(b"data: [DONE]\n\n")
-            tail = [part for data in tail for part in framed(data)]
-            if chunked:
-                tail.append(b"0\r\n\r\n")
-            late = include_usage and cfg.usage == "late"
-            # the tail goes out in the same write burst as the last content chunk (a real server's
-            # usage chunk follows at once), unless the usage chunk is to come late
-            ok = await self.stream(loop, writer, t0, n, chunks, drop, trace, framed, frame,
-                                   usage if (include_usage and cfg.usage == "inline") else None, finish,
-                                   [] if late else tail)
-            if not ok:
-                return False
-            if late:
-                await asyncio.sleep(cfg.late_usage)
-                for part in tail:
-                    writer.write(part)
-            self.stats.trace.append(trace)
-            await writer.drain()
-            return chunked
-        finally:
-            self.active -= 1
-            if self.sem is not None:
-                self.sem.release()
-
-    def stream(self, loop, writer, t0, n, chunks, drop, trace, framed, frame, inline_usage, finish, tail):
-        """Write the content chunks on absolute deadlines t0 + ttft + i * step; a future of whether
-        the stream ended normally.
-
-        Each chunk is one timer callback and one write of bytes rendered once per distinct chunk, so
-        the server's own event loop stays on schedule with hundreds of streams on a small machine
-        (a coroutine per stream sleeping and re-encoding JSON per chunk ran tens of ms late at 128).
-        """
-        cfg = self.cfg
-        stats = self.stats
-        done = loop.create_future()
-        cache = {}
-        state = [0, 0]  # next chunk index, tokens sent
-
-        def tick():
-            i, sent = state
-            deadline = t0 + cfg.ttft + i * cfg.step
-            now = loop.time()
-            stats.late.append(now - deadline if now > deadline else 0.0)
-            if writer.transport.is_closing():
-                done.set_result(False)
-                return
-            if drop and i == 3:
-                writer.transport.abort()
-                done.set_result(False)
-                return
-            m = min(cfg.k, n - sent)
-            last = i == chunks - 1
-            key = (sent % len(UTF8_TOKENS) if cfg.utf8 else 0, m, last)
-            parts = cache.get(key)
-            if parts is None:
-                text = "".join(self.token(sent + j) for j in range(m))
-                parts = cache[key] = framed(frame(text=text, finish=finish if last else None,
-                                                  usage_obj=inline_usage if last else None))
-            for part in parts:
-                writer.write(part)
-            trace[3] = loop.time()
-            if i == 0:
-                trace[2] = trace[3]
-            if cfg.metrics and i > 0:
-                self.drafts += 1
-                self.draft_tokens += cfg.spec_tokens
-                self.accepted += cfg.k - 1
-            state[0], state[1] = i + 1, sent + m
-            if last:
-                for part in tail:
-                    writer.write(part)
-                done.set_result(True)
-            else:
-                loop.call_at(t0 + cfg.ttft + (i + 1) * cfg.step, tick)
-
-        loop.call_at(t0 + cfg.ttft, tick)
-        return done
+    def finished(self):
+        self.active -= 1
+        while self.waiting and self.active < max(1, self.cfg.batch_cap):
+            stream = self.waiting.popleft()
+            if not stream.conn.closed:
+                stream.start()
 
     def token(self, i):
         return UTF8_TOKENS[i % len(UTF8_TOKENS)] if self.cfg.utf8 else ASCII_TOKEN
+
+
+class _Stream(object):
+    """One streamed response: the content chunks on absolute deadlines t0 + ttft + i * step.
+
+    Each chunk is one timer callback and one write of bytes rendered once per distinct chunk, so the
+    server's own event loop stays on schedule with hundreds of streams on a small machine (a
+    coroutine per stream sleeping and re-encoding JSON per chunk ran tens of ms late at 128).
+    """
+
+    def __init__(self, server, conn, n, chunks, drop, frame, framed, head, tail, inline_usage, finish, keep, late,
+                 trace):
+        self.server, self.conn, self.n, self.chunks, self.drop = server, conn, n, chunks, drop
+        self.frame, self.framed, self.head, self.tail = frame, framed, head, tail
+        self.inline_usage, self.finish, self.keep, self.late, self.trace = inline_usage, finish, keep, late, trace
+        self.cache = {}
+        self.i = 0
+        self.sent = 0
+        self.t0 = None
+
+    def start(self):
+        server = self.server
+        server.active += 1
+        server.stats.max_active = max(server.stats.max_active, server.active)
+        loop = server.loop
+        self.t0 = self.trace[1] = loop.time()
+        self.conn.write(self.head)
+        if server.cfg.role_chunk:
+            for part in self.framed(self.frame(role=True)):
+                self.conn.write(part)
+        loop.call_at(self.t0 + server.cfg.ttft, self.tick)
+
+    def tick(self):
+        server, cfg, conn = self.server, self.server.cfg, self.conn
+        i, sent = self.i, self.sent
+        deadline = self.t0 + cfg.ttft + i * cfg.step
+        now = server.loop.time()
+        server.stats.late.append(now - deadline if now > deadline else 0.0)
+        if conn.closed:
+            server.finished()
+            return
+        if self.drop and i == 3:
+            conn.abort()
+            server.finished()
+            return
+        m = min(cfg.k, self.n - sent)
+        last = i == self.chunks - 1
+        key = (sent % len(UTF8_TOKENS) if cfg.utf8 else 0, m, last)
+        parts = self.cache.get(key)
+        if parts is None:
+            text = "".join(server.token(sent + j) for j in range(m))
+            parts = self.cache[key] = self.framed(self.frame(text=text, finish=self.finish if last else None,
+                                                             usage_obj=self.inline_usage if last else None))
+        for part in parts:
+            conn.write(part)
+        self.trace[3] = server.loop.time()
+        if i == 0:
+            self.trace[2] = self.trace[3]
+        if cfg.metrics and i > 0:
+            server.drafts += 1
+            server.draft_tokens += cfg.spec_tokens
+            server.accepted += cfg.k - 1
+        self.i, self.sent = i + 1, sent + m
+        if not last:
+            server.loop.call_at(self.t0 + cfg.ttft + (i + 1) * cfg.step, self.tick)
+            return
+        server.stats.trace.append(self.trace)
+        if self.late:
+            # the usage chunk (and what follows it) comes late; the content is over
+            server.loop.call_later(cfg.late_usage, self.end)
+        else:
+            # the tail leaves with the last content chunk, as a real server's usage chunk does
+            self.end()
+        server.finished()
+
+    def end(self):
+        for part in self.tail:
+            self.conn.write(part)
+        self.conn.done(self.keep)
+
+
+class _Conn(asyncio.Protocol):
+    """One client connection: parses requests from its reads (arrival stamped on the read that
+    completes a request), one at a time; keep-alive unless the response is close-delimited."""
+
+    def __init__(self, server):
+        self.server = server
+        self.transport = None
+        self.buf = b""
+        self.busy = False
+        self.closed = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc):
+        self.closed = True
+
+    def data_received(self, data):
+        t_arrival = self.server.loop.time()
+        self.buf += data
+        self.next_request(t_arrival)
+
+    def next_request(self, t_arrival=None):
+        if self.busy or self.closed:
+            return
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        lines = self.buf[:end].decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            key, sep, value = line.partition(":")
+            if sep:
+                headers[key.strip().lower()] = value.strip()
+        length = int(headers.get("content-length") or 0)
+        if len(self.buf) < end + 4 + length:
+            return  # the body is still coming
+        body = self.buf[end + 4:end + 4 + length]
+        self.buf = self.buf[end + 4 + length:]
+        try:
+            method, target, dummy = lines[0].split(" ", 2)
+        except ValueError:
+            self.respond(400, {"error": {"message": "bad request line"}})
+            return
+        self.busy = True
+        self.server.handle(self, method, target, headers, body,
+                           t_arrival if t_arrival is not None else self.server.loop.time())
+
+    def write(self, data):
+        if not self.closed:
+            self.transport.write(data)
+
+    def abort(self):
+        self.closed = True
+        self.transport.abort()
+
+    def respond(self, status, obj, ctype="application/json"):
+        body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "X")
+        self.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+                   % (status, reason.encode(), ctype.encode(), len(body)) + body)
+        self.done(True)
+        return True
+
+    def done(self, keep):
+        """The response is complete: serve the next request on this connection, or close it."""
+        self.busy = False
+        if not keep:
+            self.closed = True
+            self.transport.close()
+            return
+        if self.buf:
+            self.next_request()
 
 
 def parse_args(argv=None):
@@ -348,8 +402,9 @@ def parse_args(argv=None):
 
 
 async def serve(cfg):
-    server = Server(cfg)
-    srv = await asyncio.start_server(server.handle, cfg.host, cfg.port, backlog=1024)
+    loop = asyncio.get_running_loop()
+    server = Server(cfg, loop)
+    srv = await loop.create_server(lambda: _Conn(server), cfg.host, cfg.port, backlog=1024)
     sys.stdout.write("listening on %s:%d\n" % (cfg.host, cfg.port))
     sys.stdout.flush()
     async with srv:

@@ -80,6 +80,18 @@ def test_every_stream_shape_is_read_and_counted(flags, api):
     assert res["connections_opened"] == (2 + 4 if close else 2)  # warm-up + measured; keep-alive: one each
 
 
+def test_batch_cap_queues_requests_and_the_client_sees_it_in_ttft():
+    port = free_port()
+    with stand_in.stand_in(port, "--ttft-ms", 20, "--step-ms", 2, "--batch-cap", 2) as url:
+        res, dummy = bench(url, concurrency=4, requests=8)
+        summary = stats(url)
+    assert res["completed"] == 8 and summary["max_active"] == 2
+    e2e_ms = 20 + 15 * 2.0
+    # two decode at once: half the requests wait a whole stream for a slot
+    assert res["ttft_ms"]["max"] >= e2e_ms + 20 and res["ttft_ms"]["min"] < e2e_ms
+    assert res["output_throughput"] < 0.75 * 4 * N / (e2e_ms / 1000.0)
+
+
 def test_dropped_connections_are_counted_not_hidden():
     port = free_port()
     with stand_in.stand_in(port, "--ttft-ms", 10, "--step-ms", 2, "--drop-every", 3) as url:
