@@ -4,7 +4,8 @@
 """A timing-exact stand-in for an OpenAI-compatible streaming server (standard library only).
 
 Run it in its own process (python tests/support/stream_server.py --port P ...). Each streamed
-request gets its first content chunk TTFT after admission, then one chunk every STEP ms carrying K
+request gets its first content chunk TTFT after its arrival (the moment the loop's select() saw it
+readable) or, when it had to wait for a decode slot, after admission, then one chunk every STEP ms carrying K
 tokens, until max_tokens. Chunks are scheduled on absolute deadlines, so a late wake-up does not
 shift the ones after it. At most B requests decode at once (--batch-cap); the others wait.
 
@@ -29,6 +30,7 @@ import asyncio
 import collections
 import json
 import math
+import selectors
 import socket
 import sys
 import time
@@ -72,9 +74,10 @@ class Stats(object):
 class Server(object):
     """The server's state and its routes; connections are _Conn protocols that call handle()."""
 
-    def __init__(self, cfg, loop):
+    def __init__(self, cfg, loop, arrived=None):
         self.cfg = cfg
         self.loop = loop
+        self.arrived = arrived or loop.time  # when the read that completed a request became ready
         self.stats = Stats()
         self.active = 0
         self.waiting = collections.deque()  # streams waiting for a decode slot (--batch-cap)
@@ -200,7 +203,7 @@ class Server(object):
         if cfg.batch_cap > 0 and self.active >= cfg.batch_cap:
             self.waiting.append(stream)
         else:
-            stream.start()
+            stream.start(t_arrival)  # TTFT counts from the request's arrival
         return True
 
     def finished(self):
@@ -232,12 +235,13 @@ class _Stream(object):
         self.sent = 0
         self.t0 = None
 
-    def start(self):
+    def start(self, t0=None):
+        """Decode from t0 (the arrival; a queued stream starts when it gets its slot)."""
         server = self.server
         server.active += 1
         server.stats.max_active = max(server.stats.max_active, server.active)
         loop = server.loop
-        self.t0 = self.trace[1] = loop.time()
+        self.t0 = self.trace[1] = t0 if t0 is not None else loop.time()
         self.conn.write(self.head)
         if server.cfg.role_chunk:
             for part in self.framed(self.frame(role=True)):
@@ -319,7 +323,7 @@ class _Conn(asyncio.Protocol):
         self.closed = True
 
     def data_received(self, data):
-        t_arrival = self.server.loop.time()
+        t_arrival = self.server.arrived()
         self.buf += data
         self.next_request(t_arrival)
 
@@ -406,9 +410,21 @@ def parse_args(argv=None):
                   metrics=args.metrics, spec_tokens=args.spec_tokens, meta_info=args.meta_info)
 
 
-async def serve(cfg):
+class StampingSelector(selectors.DefaultSelector):
+    """Notes when each select() returned: every read of that loop turn was ready by then, so a
+    request's arrival is stamped there, not when its callback's turn came in a busy loop turn."""
+
+    last = 0.0
+
+    def select(self, timeout=None):
+        events = super(StampingSelector, self).select(timeout)
+        self.last = time.monotonic()
+        return events
+
+
+async def serve(cfg, selector=None):
     loop = asyncio.get_running_loop()
-    server = Server(cfg, loop)
+    server = Server(cfg, loop, (lambda: selector.last) if selector is not None else None)
     srv = await loop.create_server(lambda: _Conn(server), cfg.host, cfg.port, backlog=1024)
     sys.stdout.write("listening on %s:%d\n" % (cfg.host, cfg.port))
     sys.stdout.flush()
@@ -419,7 +435,9 @@ async def serve(cfg):
 def main(argv=None):
     cfg = parse_args(argv)
     try:
-        asyncio.run(serve(cfg))
+        selector = StampingSelector()
+        loop = asyncio.SelectorEventLoop(selector)
+        loop.run_until_complete(serve(cfg, selector))
     except KeyboardInterrupt:
         pass
 
