@@ -20,11 +20,14 @@ worker (AIPerf: a warm-up phase; GuideLLM: its warm-up exclusion by request coun
 from the server's usage. For them TPOT is their inter-token latency, (e2e - ttft) / (n - 1), the same
 definition; GuideLLM's "TPOT" (e2e / n) is not used.
 
-Columns: the output throughput and TPOT each client reports and their errors against the expected
-values; TTFT p50 (true: TTFT plus loopback); and the stand-in's own lateness for that run (p99 of how
-late its chunk writes were, and its delivered throughput from its own trace against the expected), so
-server drift is told apart from client error. The machine's load average is printed before and
-after: the machine is shared, a loaded one inflates every error; re-run when it is quiet.
+Columns: the 1-minute load average when the row started; the output throughput and TPOT each client
+reports and their errors against the expected values; TTFT p50 (true: TTFT plus loopback); and the
+stand-in's own view of that run: p99 of how late its chunk writes were, and the throughput it
+delivered by its own clock (its measured streams' tokens over first arrival to last write) against
+the expected. When a client's error equals that last one, the client measured what happened and the
+shortfall is the closed loop's turnaround and the server's drift on this machine, not the client's
+clock. Ours runs first, for every k; the peers after. The machine is shared: a loaded one inflates
+every error; re-run when it is quiet (--wait-load waits before each of our rows).
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def run_guidellm(venv, url, cfg, concurrency, tokenizer, workdir):
         json.dump(spec, handle)
     argv = [os.path.join(venv, "guidellm", "bin", "guidellm"), "run", "--scenario", scenario,
             "--disable-console-interactive"]
-    log = peer_call(argv, workdir)
+    log = peer_call(argv, workdir, HF_HUB_OFFLINE="1")  # (AIPerf 0.13 refuses a local tokenizer path under it)
     with open(out) as handle:
         doc = json.load(handle)
     bench = doc["benchmarks"][0]
@@ -158,8 +161,8 @@ def run_guidellm(venv, url, cfg, concurrency, tokenizer, workdir):
             "ttft_p50_ms": metrics["time_to_first_token_ms"]["successful"]["median"], "log": log}
 
 
-def peer_call(argv, workdir):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+def peer_call(argv, workdir, **env_extra):
+    env = dict(os.environ, **env_extra)
     proc = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
         raise RuntimeError("%s exited %d:\n%s" % (os.path.basename(argv[0]), proc.returncode,
@@ -184,7 +187,7 @@ def fmt(value, spec):
 
 
 def table(rows):
-    head = ("client", "k", "C", "reqs", "expected tok/s", "measured tok/s", "error", "expected TPOT ms",
+    head = ("client", "k", "C", "load 1m", "reqs", "expected tok/s", "measured tok/s", "error", "expected TPOT ms",
             "measured TPOT ms", "error", "TTFT p50 ms", "server late p99 ms", "server self error")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -193,7 +196,8 @@ def table(rows):
             continue
         srv = r.get("server") or {}
         lines.append("| " + " | ".join([
-            r["client"], str(r["k"]), str(r["concurrency"]), "%s/%s" % (r["completed"], r["requests"]),
+            r["client"], str(r["k"]), str(r["concurrency"]), fmt(r.get("load"), "%.2f"),
+            "%s/%s" % (r["completed"], r["requests"]),
             "%.1f" % r["expected"]["output_throughput"], fmt(r["output_throughput"], "%.1f"),
             fmt(r["throughput_error"], "%+.2f %%"), "%.4f" % r["expected"]["tpot_ms"], fmt(r["tpot_ms"], "%.4f"),
             fmt(r["tpot_error"], "%+.2f %%"), fmt(r["ttft_p50_ms"], "%.1f"), fmt(srv.get("late_p99_ms"), "%.2f"),
@@ -251,27 +255,33 @@ def main(argv=None):
     rows = []
     workdir = tempfile.mkdtemp(prefix="bench-accuracy-")
     try:
+        # ours first, for every k, then the peers: their clients load the machine for a while after
         for k in ks:
             with stand_in.stand_in(free_port(), "--ttft-ms", cfg.ttft_ms, "--step-ms", cfg.step_ms, "--k", k) as url:
                 for concurrency in levels:
-                    row = dict(run_ours(url, cfg, k, concurrency), k=k, concurrency=concurrency)
+                    if cfg.wait_load:
+                        wait_for_quiet(cfg.wait_load, 600)
+                    load = os.getloadavg()[0]
+                    row = dict(run_ours(url, cfg, k, concurrency), k=k, concurrency=concurrency, load=load)
                     row["server"] = server_side(url, cfg, requests_for(concurrency))
                     rows.append(finish(row, cfg))
                     print(table(rows[-1:]).splitlines()[-1], flush=True)
-                if not cfg.peers:
-                    continue
+        for k in ks if cfg.peers else ():
+            with stand_in.stand_in(free_port(), "--ttft-ms", cfg.ttft_ms, "--step-ms", cfg.step_ms, "--k", k) as url:
                 for runner in (run_aiperf, run_guidellm):
                     for concurrency in peer_levels:
                         get_json(url + "/stats?reset=1")
+                        load = os.getloadavg()[0]
                         try:
                             row = dict(runner(cfg.peers_venv, url, cfg, concurrency, cfg.tokenizer, workdir),
-                                       k=k, concurrency=concurrency)
+                                       k=k, concurrency=concurrency, load=load)
                             row.pop("log", None)
                             row["server"] = server_side(url, cfg, requests_for(concurrency))
                             rows.append(finish(row, cfg))
                         except (RuntimeError, OSError, KeyError, ValueError, subprocess.TimeoutExpired) as exc:
+                            lines = [x for x in str(exc).splitlines() if "rror" in x] or str(exc).splitlines()
                             rows.append({"client": runner.__name__[4:], "k": k, "concurrency": concurrency,
-                                         "failure": str(exc).splitlines()[0][:200]})
+                                         "failure": lines[-1].strip()[:200]})
                         print(table(rows[-1:]).splitlines()[-1], flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
