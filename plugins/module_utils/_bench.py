@@ -1,0 +1,185 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The closed-loop load generator behind throughput_bench.
+
+Per level: exactly ``concurrency`` workers, each on its own keep-alive connection; every worker
+first sends ``warmup`` requests (excluded), then all start together and each sends its next
+request as soon as its previous one finished, until ``requests`` were sent. A probe task measures
+the event loop's own scheduling lag, so a saturated client shows in ``client.loop_lag_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+
+from ansible_collections.inferops.serving.plugins.module_utils import _metrics, _openai_stream as _stream
+
+CLIENT_NAME = "inferops.serving.throughput_bench"
+CLIENT_VERSION = "0.1.0"
+LAG_PROBE_S = 0.005
+LAG_WARN_MS = 5.0
+
+WORDS = ("the of and to in is you that it he was for on are as with his they at be this have from "
+         "or one had by word but not what all were we when your can said there use an each which she "
+         "do how their if will up other about out many then them these so some her would make like").split()
+
+
+def build_prompt(input_tokens, index=0):
+    """About ``input_tokens`` tokens of common words (one token each in usual BPE vocabularies),
+    led by a per-request number so that prefix caches do not serve whole prompts."""
+    words = ["%d" % index]
+    n = len(WORDS)
+    words.extend(WORDS[(index + i) % n] for i in range(max(0, input_tokens - 1)))
+    return " ".join(words)
+
+
+class LagProbe(object):
+    """Sleeps LAG_PROBE_S again and again; the overshoot of each wake-up is the loop's lag."""
+
+    def __init__(self, interval=LAG_PROBE_S):
+        self.interval = interval
+        self.samples = []
+        self._task = None
+
+    async def _run(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            t = loop.time()
+            await asyncio.sleep(self.interval)
+            self.samples.append(max(0.0, loop.time() - t - self.interval))
+
+    def start(self):
+        self.samples = []
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self):
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        return _metrics.distribution(self.samples, 1000.0, 3)
+
+
+class Bench(object):
+    def __init__(self, target, model, api="completions", input_tokens=128, output_tokens=256,
+                 ignore_eos=True, api_key=None, timeout=600.0, slo=None, labels=None,
+                 metrics_url=None, scrape=None):
+        self.target = target
+        self.model = model
+        self.api = api
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.ignore_eos = ignore_eos
+        self.api_key = api_key
+        self.timeout = timeout
+        self.slo = slo or None
+        self.labels = labels or {}
+        self.metrics_url = metrics_url
+        self.scrape = scrape or self._scrape
+        self.path = _stream.api_path(api)
+        self._index = 0
+        self.metrics_errors = []
+
+    def _body(self):
+        self._index += 1
+        return _stream.request_body(self.api, self.model, build_prompt(self.input_tokens, self._index),
+                                    self.output_tokens, self.ignore_eos)
+
+    def _scrape(self):
+        if not self.metrics_url:
+            return None
+        try:
+            status, text = _stream.http_get(self.metrics_url, None, 10.0)
+        except _stream.RequestError as exc:
+            self.metrics_errors.append(str(exc))
+            return None
+        if status != 200:
+            self.metrics_errors.append("GET %s returned HTTP %d" % (self.metrics_url, status))
+            return None
+        return _metrics.parse_prometheus(text)
+
+    async def level(self, concurrency, requests, warmup):
+        conns = [_stream.Connection(self.target, self.api_key) for dummy in range(concurrency)]
+        try:
+            # connect and warm up every worker; all measured requests start after this barrier
+            await asyncio.gather(*(self._warm(c, warmup) for c in conns))
+            before = self.scrape()
+            records = []
+            remaining = [requests]
+            probe = LagProbe()
+            gc_was = gc.isenabled()
+            gc.collect()
+            gc.disable()
+            probe.start()
+            try:
+                await asyncio.gather(*(self._worker(c, remaining, records) for c in conns))
+            finally:
+                lag = await probe.stop()
+                if gc_was:
+                    gc.enable()
+            after = self.scrape()
+        finally:
+            for c in conns:
+                c.close()
+        result = _metrics.aggregate(records, concurrency, self.output_tokens, self.ignore_eos,
+                                    self.slo, self.labels)
+        result["requests_per_level"] = requests
+        result["warmup_per_worker"] = warmup
+        result["connections_opened"] = sum(c.opened for c in conns)
+        acceptance = _metrics.acceptance_from_meta(records) or _metrics.acceptance_from_counters(before, after)
+        result["acceptance_length"] = acceptance.get("acceptance_length") if acceptance else None
+        result["spec_decode"] = acceptance
+        result["client_loop_lag_ms"] = lag
+        return result
+
+    async def _warm(self, conn, warmup):
+        for dummy in range(warmup):
+            await conn.post(self.path, self._body(), self.timeout)
+        if conn.protocol is None:
+            try:
+                await conn.connect()
+            except _stream.RequestError:
+                pass  # the measured requests report it
+
+    async def _worker(self, conn, remaining, records):
+        while remaining[0] > 0:
+            remaining[0] -= 1
+            records.append(await conn.post(self.path, self._body(), self.timeout))
+
+    async def run(self, levels):
+        """levels: [(concurrency, requests, warmup)] -> (results, client)."""
+        results = []
+        for concurrency, requests, warmup in levels:
+            results.append(await self.level(concurrency, requests, warmup))
+        return results, self.client_info(results)
+
+    def client_info(self, results):
+        worst = max([r["client_loop_lag_ms"]["p99"] or 0.0 for r in results] or [0.0])
+        info = {
+            "name": CLIENT_NAME, "version": CLIENT_VERSION,
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "transport": "asyncio.Protocol over raw HTTP/1.1, one keep-alive connection per worker",
+            "loop_lag_probe_ms": LAG_PROBE_S * 1000.0,
+            "loop_lag_ms": [{"concurrency": r["concurrency"], "lag": r["client_loop_lag_ms"]} for r in results],
+            "loop_lag_p99_worst_ms": worst,
+            "saturated": worst > LAG_WARN_MS,
+            "warnings": [],
+        }
+        if info["saturated"]:
+            info["warnings"].append("the client's event loop lagged up to %.1f ms (p99) behind schedule: "
+                                    "its timestamps may be late by as much; run the client on a less loaded "
+                                    "host or lower the concurrency" % worst)
+        if self.metrics_errors:
+            info["warnings"].append("metrics_url could not be read: %s" % self.metrics_errors[0])
+        return info
+
+
+def run(bench, levels):
+    """Run the levels on a fresh event loop (Python 3.7+)."""
+    return asyncio.run(bench.run(levels))

@@ -1,0 +1,511 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A lean streaming OpenAI client: raw HTTP/1.1 over asyncio, standard library only.
+
+One concern: send a request, time every server-sent event on arrival. The connection is a plain
+``asyncio.Protocol``: every read (up to the transport's large buffer) is stamped with the monotonic
+clock inside ``data_received``, before any coroutine is resumed, then de-chunked and split into SSE
+events in place. Events are decoded from UTF-8 only once complete, so a character split across
+reads or HTTP chunks is whole again. Keep-alive: one connection serves request after request until
+the server closes it.
+
+Also small synchronous helpers (``http.client``) to GET ``/v1/models`` and a metrics endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+import time
+
+try:  # Python 3
+    from urllib.parse import urlsplit
+except ImportError:  # pragma: no cover
+    from urlparse import urlsplit  # type: ignore
+
+try:
+    import http.client as httplib
+except ImportError:  # pragma: no cover
+    import httplib  # type: ignore
+
+monotonic = time.monotonic
+
+
+class Target(object):
+    """Where requests go: scheme, host, port, path prefix (``/v1`` is added by the caller)."""
+
+    def __init__(self, url):
+        parts = urlsplit(url if "://" in url else "http://" + url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("url must be http:// or https://, got %r" % url)
+        if not parts.hostname:
+            raise ValueError("url has no host: %r" % url)
+        self.url = url
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        prefix = parts.path.rstrip("/")
+        if prefix.endswith("/v1"):
+            prefix = prefix[:-3]
+        self.prefix = prefix
+        default_port = (parts.scheme == "https" and self.port == 443) or (parts.scheme == "http" and self.port == 80)
+        self.host_header = self.host if default_port else "%s:%d" % (self.host, self.port)
+
+    def path(self, rel):
+        return self.prefix + rel
+
+    def full(self, rel):
+        return "%s://%s%s" % (self.scheme, self.host_header, self.path(rel))
+
+
+class RequestError(Exception):
+    """A request failed: ``kind`` is a short category for counting, ``str()`` the detail."""
+
+    def __init__(self, kind, detail):
+        Exception.__init__(self, detail)
+        self.kind = kind
+
+
+# ---------------------------------------------------------------------------- pure decoders
+class ChunkedDecoder(object):
+    """Incremental decoder of HTTP/1.1 chunked transfer encoding. ``feed`` returns payload bytes."""
+
+    def __init__(self):
+        self._buf = b""
+        self._left = 0          # payload bytes still expected in the current chunk
+        self._state = "size"    # size | data | crlf | trailer | done
+        self.done = False
+
+    def feed(self, data):
+        out = []
+        buf = self._buf + data if self._buf else data
+        pos = 0
+        end = len(buf)
+        while pos < end:
+            state = self._state
+            if state == "data":
+                take = min(self._left, end - pos)
+                out.append(buf[pos:pos + take])
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self._state = "crlf"
+            elif state == "crlf":
+                if end - pos < 2:
+                    break
+                pos += 2
+                self._state = "size"
+            elif state == "size":
+                nl = buf.find(b"\n", pos)
+                if nl < 0:
+                    break
+                line = buf[pos:nl].split(b";", 1)[0].strip()
+                pos = nl + 1
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    raise RequestError("bad_response", "bad chunk size line %r" % line[:40])
+                if size == 0:
+                    self._state = "trailer"
+                else:
+                    self._left = size
+                    self._state = "data"
+            elif state == "trailer":
+                nl = buf.find(b"\n", pos)
+                if nl < 0:
+                    break
+                line = buf[pos:nl].strip()
+                pos = nl + 1
+                if not line:
+                    self._state = "done"
+                    self.done = True
+                    pos = end
+            else:
+                pos = end
+        self._buf = buf[pos:] if pos < end else b""
+        return b"".join(out) if len(out) != 1 else out[0]
+
+
+class SSEParser(object):
+    """Incremental server-sent-events splitter. ``feed`` returns the ``data`` payloads (bytes) of
+    the events completed by this read; comments, ``event:`` and ``id:`` lines are skipped."""
+
+    def __init__(self):
+        self._buf = b""
+
+    def feed(self, data):
+        buf = self._buf + data if self._buf else data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        if b"\n\n" not in buf:
+            self._buf = buf
+            return []
+        parts = buf.split(b"\n\n")
+        self._buf = parts.pop()
+        return [p for p in (self._data(block) for block in parts) if p is not None]
+
+    def flush(self):
+        """The last event of a stream that ended without a blank line."""
+        block, self._buf = self._buf, b""
+        return [p for p in (self._data(block),) if p is not None and block.strip()]
+
+    @staticmethod
+    def _data(block):
+        if block.startswith(b"data:") and b"\n" not in block:
+            return block[6:] if block[5:6] == b" " else block[5:]
+        lines = []
+        for line in block.split(b"\n"):
+            if line.startswith(b"data:"):
+                value = line[5:]
+                lines.append(value[1:] if value[:1] == b" " else value)
+        return b"\n".join(lines) if lines else None
+
+
+# ---------------------------------------------------------------------------- one request's record
+class StreamRecord(object):
+    """What one streamed request measured (monotonic seconds)."""
+
+    __slots__ = ("t_send", "t_first", "t_last", "t_end", "n_events", "n_first", "usage", "chunk_usage",
+                 "meta_info", "finish_reason", "chars", "done", "error", "error_kind", "status")
+
+    def __init__(self):
+        self.t_send = None
+        self.t_first = None
+        self.t_last = None
+        self.t_end = None
+        self.n_events = 0        # events that carried generated text
+        self.n_first = 1
+        self.usage = None
+        self.chunk_usage = False  # the server reported usage on content chunks (per-chunk counts)
+        self.meta_info = None
+        self.finish_reason = None
+        self.chars = 0
+        self.done = False        # saw data: [DONE]
+        self.error = None
+        self.error_kind = None
+        self.status = None
+
+    def on_event(self, payload, t):
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(payload.decode("utf-8"))
+        except ValueError:
+            self.error_kind, self.error = "bad_event", "event is not JSON: %r" % payload[:80]
+            return
+        if not isinstance(obj, dict):
+            return
+        if "error" in obj and not obj.get("choices"):
+            err = obj["error"]
+            self.error_kind = "server_error"
+            self.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            return
+        usage = obj.get("usage")
+        if "meta_info" in obj:
+            self.meta_info = obj["meta_info"]
+        content = False
+        for choice in obj.get("choices") or ():
+            text = choice.get("text")
+            if not text:
+                delta = choice.get("delta")
+                if delta:
+                    text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            if text:
+                content = True
+                self.chars += len(text)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        if content:
+            if self.t_first is None:
+                self.t_first = t
+                if usage and usage.get("completion_tokens"):
+                    self.n_first = usage["completion_tokens"]
+                    self.chunk_usage = True
+            self.t_last = t
+            self.n_events += 1
+        if usage:
+            self.usage = usage
+
+
+# ---------------------------------------------------------------------------- the connection
+class _Response(object):
+    """Parses one HTTP response from raw reads; timestamps come from the caller."""
+
+    def __init__(self, record, future):
+        self.record = record
+        self.future = future
+        self.head = b""
+        self.headers = None
+        self.mode = None        # chunked | length | close
+        self.left = 0
+        self.chunked = None
+        self.sse = None
+        self.body = []
+        self.keep_alive = True
+
+    def feed(self, data, t):
+        if self.headers is None:
+            self.head += data
+            idx = self.head.find(b"\r\n\r\n")
+            if idx < 0:
+                return
+            data = self.head[idx + 4:]
+            self._parse_head(self.head[:idx].decode("latin-1"))
+            if self.future.done():
+                return
+        if not data:
+            if self.mode == "length" and self.left == 0:
+                self._finish()
+            return
+        if self.mode == "chunked":
+            payload = self.chunked.feed(data)
+        elif self.mode == "length":
+            payload = data[:self.left]
+            self.left -= len(payload)
+        else:
+            payload = data
+        if payload:
+            if self.sse is not None:
+                for event in self.sse.feed(payload):
+                    self.record.on_event(event, t)
+            else:
+                self.body.append(payload)
+        if (self.mode == "chunked" and self.chunked.done) or (self.mode == "length" and self.left <= 0):
+            self._finish()
+
+    def _parse_head(self, head):
+        lines = head.split("\r\n")
+        try:
+            status = int(lines[0].split(" ", 2)[1])
+        except (IndexError, ValueError):
+            self.fail("bad_response", "bad status line %r" % lines[0][:80])
+            return
+        headers = {}
+        for line in lines[1:]:
+            key, dummy, value = line.partition(":")
+            headers[key.strip().lower()] = value.strip()
+        self.headers = headers
+        self.record.status = status
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self.mode = "chunked"
+            self.chunked = ChunkedDecoder()
+        elif "content-length" in headers:
+            self.mode = "length"
+            self.left = int(headers["content-length"])
+        else:
+            self.mode = "close"
+        if headers.get("connection", "").lower() == "close" or self.mode == "close" or lines[0].startswith("HTTP/1.0"):
+            self.keep_alive = False
+        if status == 200 and "text/event-stream" in headers.get("content-type", ""):
+            self.sse = SSEParser()
+
+    def eof(self, t):
+        if self.future.done():
+            return
+        if self.mode == "close" and self.headers is not None:
+            if self.sse is not None:
+                for event in self.sse.flush():
+                    self.record.on_event(event, t)
+            self._finish()
+        else:
+            self.fail("dropped", "connection closed before the response was complete")
+
+    def _finish(self):
+        self.record.t_end = monotonic()
+        if self.sse is not None:
+            for event in self.sse.flush():
+                self.record.on_event(event, self.record.t_end)
+        if not self.future.done():
+            self.future.set_result(self)
+
+    def fail(self, kind, detail):
+        if not self.future.done():
+            self.future.set_exception(RequestError(kind, detail))
+
+    def text(self):
+        return b"".join(self.body).decode("utf-8", "replace")
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self):
+        self.transport = None
+        self.response = None
+        self.closed = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except (OSError, AttributeError):
+                pass
+
+    def data_received(self, data):
+        t = monotonic()
+        response = self.response
+        if response is not None:
+            try:
+                response.feed(data, t)
+            except RequestError as exc:
+                response.fail(exc.kind, str(exc))
+
+    def eof_received(self):
+        self.closed = True
+        if self.response is not None:
+            self.response.eof(monotonic())
+        return False
+
+    def connection_lost(self, exc):
+        self.closed = True
+        if self.response is not None:
+            self.response.eof(monotonic())
+
+
+class Connection(object):
+    """One keep-alive HTTP/1.1 connection that streams one request at a time."""
+
+    def __init__(self, target, api_key=None, ssl_context=None):
+        self.target = target
+        self.api_key = api_key
+        self.ssl_context = ssl_context
+        self.protocol = None
+        self.opened = 0          # connections opened (1 when keep-alive held throughout)
+
+    async def connect(self):
+        loop = asyncio.get_running_loop()
+        ctx = None
+        if self.target.scheme == "https":
+            ctx = self.ssl_context or ssl.create_default_context()
+        try:
+            _transport, self.protocol = await loop.create_connection(
+                _Protocol, self.target.host, self.target.port, ssl=ctx)
+        except (OSError, ssl.SSLError) as exc:
+            self.protocol = None
+            kind = "connection_refused" if isinstance(exc, ConnectionRefusedError) else "connect_error"
+            raise RequestError(kind, "cannot connect to %s:%d: %s" % (self.target.host, self.target.port, exc))
+        self.opened += 1
+
+    def close(self):
+        if self.protocol is not None and self.protocol.transport is not None:
+            self.protocol.transport.close()
+        self.protocol = None
+
+    async def post(self, rel_path, body, timeout):
+        """POST JSON ``body`` (bytes) and return a StreamRecord; failures are set on the record."""
+        record = StreamRecord()
+        try:
+            if self.protocol is None or self.protocol.closed:
+                await self.connect()
+            response = await self._exchange(rel_path, body, record, timeout)
+            if record.status != 200:
+                record.error_kind = "http_%d" % record.status
+                record.error = _error_message(response.text()) or "HTTP %d" % record.status
+            elif response.sse is None:
+                record.error_kind = "not_a_stream"
+                record.error = "expected text/event-stream, got %r" % response.headers.get("content-type")
+            elif record.error_kind is None and record.t_first is None:
+                record.error_kind, record.error = "no_content", "the stream carried no generated text"
+            if not response.keep_alive:
+                self.close()
+        except RequestError as exc:
+            record.error_kind, record.error = exc.kind, str(exc)
+            self.close()
+        except asyncio.TimeoutError:
+            record.error_kind, record.error = "timeout", "no complete response within %ss" % timeout
+            self.close()
+        if record.t_end is None:
+            record.t_end = monotonic()
+        return record
+
+    async def _exchange(self, rel_path, body, record, timeout):
+        protocol = self.protocol
+        future = asyncio.get_running_loop().create_future()
+        protocol.response = _Response(record, future)
+        head = ["POST %s HTTP/1.1" % self.target.path(rel_path), "Host: " + self.target.host_header,
+                "Content-Type: application/json", "Accept: text/event-stream",
+                "Content-Length: %d" % len(body), "Connection: keep-alive"]
+        if self.api_key:
+            head.append("Authorization: Bearer " + self.api_key)
+        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        record.t_send = monotonic()
+        protocol.transport.write(data)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            protocol.response = None
+
+
+def _error_message(text):
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text.strip()[:300]
+    if isinstance(obj, dict):
+        err = obj.get("error", obj.get("detail", obj.get("message")))
+        if isinstance(err, dict):
+            return str(err.get("message", err))
+        if err is not None:
+            return str(err)
+    return text.strip()[:300]
+
+
+# ---------------------------------------------------------------------------- body builders
+def request_body(api, model, prompt, output_tokens, ignore_eos):
+    """The JSON body (bytes) of one streamed request."""
+    body = {"model": model, "max_tokens": output_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, "temperature": 0}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if ignore_eos:
+        body["ignore_eos"] = True
+        body["min_tokens"] = output_tokens
+    return json.dumps(body).encode("utf-8")
+
+
+def api_path(api):
+    return "/v1/chat/completions" if api == "chat" else "/v1/completions"
+
+
+# ---------------------------------------------------------------------------- synchronous helpers
+def http_get(url, api_key=None, timeout=10.0, ssl_context=None):
+    """GET ``url``: (status, body text). Raises RequestError when the server cannot be reached."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        conn = httplib.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout,
+                                       context=ssl_context or ssl.create_default_context())
+    else:
+        conn = httplib.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    headers = {"Accept": "application/json, text/plain"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    try:
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode("utf-8", "replace")
+    except (OSError, httplib.HTTPException) as exc:
+        raise RequestError("unreachable", "%s: %s" % (url, exc or exc.__class__.__name__))
+    finally:
+        conn.close()
+
+
+def list_models(target, api_key=None, timeout=10.0):
+    """Model ids the server offers at /v1/models, in its order."""
+    url = target.full("/v1/models")
+    status, text = http_get(url, api_key, timeout)
+    if status != 200:
+        raise RequestError("http_%d" % status, "GET %s returned HTTP %d: %s" % (url, status, _error_message(text)))
+    try:
+        data = json.loads(text).get("data") or []
+        return [m["id"] for m in data if isinstance(m, dict) and "id" in m]
+    except (ValueError, AttributeError, TypeError):
+        raise RequestError("bad_response", "GET %s: not an OpenAI model list: %r" % (url, text[:200]))

@@ -1,0 +1,377 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: throughput_bench
+short_description: Measure an OpenAI-compatible streaming server, saying exactly what was measured
+version_added: 0.1.0
+description:
+  - Runs a closed-loop load against an OpenAI-compatible server, one level per entry of
+    O(concurrency), in order. A level has exactly that many workers, each on its own keep-alive
+    connection; each worker first sends O(warmup) requests (excluded), then all start together and
+    each sends its next streamed request as soon as the previous one finished.
+  - Every server-sent event is timestamped on arrival with a monotonic clock. Token counts come from
+    the server's C(usage) (it asks C(stream_options.include_usage)); when a server sends none, the
+    content events are counted instead and RV(results[].token_source) says so.
+  - "Definitions: C(ttft = t_first - t_send); C(e2e = t_last - t_send); C(tpot = (t_last - t_first) /
+    (n_out - n_first)); C(decode_tps_per_request = 1 / tpot) (the per-request decode speed);
+    C(e2e_tps_per_request = n_out / e2e) (tokens over end-to-end latency, a different and lower
+    figure); C(output_throughput = sum(n_out) / W) with C(W = max(t_last) - min(t_send)) of the level."
+  - Reads only; the module never changes the host (C(changed) is always false). Standard library
+    only on the target (asyncio), Python 3.8 or later.
+author:
+  - inferops.serving maintainers (@inferops)
+extends_documentation_fragment:
+  - inferops.serving.attributes
+  - inferops.serving.attributes.INFO_MODULE
+options:
+  url:
+    description:
+      - Base URL of the server, for example V(http://127.0.0.1:8000) (a trailing C(/v1) is accepted).
+    type: str
+    required: true
+  model:
+    description:
+      - Model id to request. Default is the first id the server lists at C(/v1/models).
+      - A model the server does not offer is an error that lists the models it offers.
+    type: str
+  api:
+    description: Which endpoint to stream from, C(/v1/completions) or C(/v1/chat/completions).
+    type: str
+    choices: [completions, chat]
+    default: completions
+  concurrency:
+    description: Concurrency levels, one level each, run in this order. Each is 1 or more.
+    type: list
+    elements: int
+    default: [1]
+  requests_per_level:
+    description:
+      - Measured requests per level (warm-up excluded).
+      - Default is twice the level's concurrency, at least 4.
+    type: int
+  input_tokens:
+    description:
+      - Approximate prompt length in tokens (common words, one token each in usual vocabularies).
+        The server's own count, C(usage.prompt_tokens), is what is reported.
+    type: int
+    default: 128
+  output_tokens:
+    description: Tokens to generate per request (C(max_tokens)).
+    type: int
+    default: 256
+  ignore_eos:
+    description:
+      - Ask the server to generate exactly O(output_tokens) by sending C(ignore_eos=true) and
+        C(min_tokens=output_tokens). Requests that still return another length are counted in
+        RV(results[].length_mismatch).
+      - Set V(false) for servers that reject these fields.
+    type: bool
+    default: true
+  warmup:
+    description: Requests each worker sends before each level, excluded from the figures.
+    type: int
+    default: 1
+  api_key:
+    description: Sent as C(Authorization Bearer) to the API endpoints.
+    type: str
+  timeout:
+    description: Seconds one request may take, and the timeout of the C(/v1/models) lookup.
+    type: float
+    default: 600
+  slo:
+    description:
+      - Targets for goodput, in milliseconds; a request is good when it meets every target given.
+        Failed requests are misses. Without targets RV(results[].goodput) is null.
+    type: dict
+    suboptions:
+      ttft_ms:
+        description: Most time to first token.
+        type: float
+      tpot_ms:
+        description: Most time per output token (decode).
+        type: float
+      e2e_ms:
+        description: Most end-to-end latency.
+        type: float
+  metrics_url:
+    description:
+      - Prometheus endpoint (for example vLLM's V(http://127.0.0.1:8000/metrics)) scraped before and after
+        each level; the spec-decode counter deltas give RV(results[].acceptance_length) over that level,
+        never a since-start figure. SGLang's per-request C(meta_info) is used when the stream carries it.
+    type: str
+  labels:
+    description: Copied into every level's result (variant, configuration fingerprint, anything).
+    type: dict
+    default: {}
+notes:
+  - Run the benchmark client on a host with spare CPU. RV(client.loop_lag_ms) shows how late its own
+    event loop ran (it includes up to 1 ms of timer granularity); RV(client.saturated) is true when the
+    worst p99 passes 5 ms, when timestamps may be late by as much.
+  - Long sweeps outlive an SSH connection's patience; run them with C(async) and C(async_status)
+    (the M(inferops.serving.benchmark) role does).
+seealso:
+  - name: The inferops.serving.benchmark role
+    description: Runs this module asynchronously and publishes the results as AWX job artifacts.
+    link: https://example.invalid/inferops/serving/blob/main/roles/benchmark/README.md
+"""
+
+EXAMPLES = r"""
+- name: Decode speed at concurrency 1 and aggregate throughput at 32
+  inferops.serving.throughput_bench:
+    url: http://127.0.0.1:30000
+    concurrency: [1, 32]
+    input_tokens: 1024
+    output_tokens: 256
+    labels:
+      variant: nextn
+      fingerprint: "{{ server_fingerprint }}"
+  register: bench
+
+- name: Through the chat API, with goodput targets and vLLM acceptance length
+  inferops.serving.throughput_bench:
+    url: http://gpu-host-1:8000/v1
+    api: chat
+    api_key: "{{ vault_api_key }}"
+    concurrency: [8, 64]
+    requests_per_level: 256
+    slo: {ttft_ms: 2000, tpot_ms: 50}
+    metrics_url: http://gpu-host-1:8000/metrics
+"""
+
+RETURN = r"""
+url:
+  description: The base URL benchmarked.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:30000
+model:
+  description: The model id requested.
+  returned: success
+  type: str
+  sample: Qwen3.5-397B-A17B-NVFP4
+api:
+  description: C(completions) or C(chat).
+  returned: success
+  type: str
+  sample: completions
+results:
+  description:
+    - One dict per concurrency level, in order. Distributions are dicts with C(mean), C(p50), C(p90),
+      C(p99), C(min), C(max) and C(count).
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    concurrency:
+      description: Workers of this level.
+      type: int
+      sample: 32
+    requests:
+      description: Measured requests sent.
+      type: int
+      sample: 64
+    completed:
+      description: Requests that streamed to the end.
+      type: int
+      sample: 64
+    failed:
+      description: Requests that failed (they are never dropped from the counts).
+      type: int
+      sample: 0
+    errors:
+      description: Failure kinds and their counts (C(http_404), C(dropped), C(timeout), C(connection_refused), ...).
+      type: dict
+      sample: {dropped: 2}
+    error_samples:
+      description: One message per failure kind.
+      type: dict
+      sample: {dropped: connection closed before the response was complete}
+    duration_s:
+      description: The window C(W = max(t_last) - min(t_send)) of the level, in seconds.
+      type: float
+      sample: 7.6
+    output_throughput:
+      description: Output tokens per second over the window, all requests together.
+      type: float
+      sample: 2156.4
+    input_throughput:
+      description: Prompt tokens (as the server counted them) per second over the window.
+      type: float
+      sample: 8625.6
+    request_throughput:
+      description: Completed requests per second over the window.
+      type: float
+      sample: 8.42
+    goodput:
+      description: Requests meeting every O(slo) target per second over the window; null without O(slo).
+      type: float
+      sample: 8.1
+    ttft_ms:
+      description: Time to first generated text, ms.
+      type: dict
+      sample: {mean: 50.6, p50: 50.4, p90: 51.2, p99: 52.0, min: 50.1, max: 52.3, count: 64}
+    tpot_ms:
+      description: Time per output token after the first, ms.
+      type: dict
+      sample: {mean: 10.01, p50: 10.0, p90: 10.02, p99: 10.05, min: 9.99, max: 10.06, count: 64}
+    e2e_ms:
+      description: Send to last generated text, ms (a trailing usage-only chunk does not count).
+      type: dict
+      sample: {mean: 2600.2, p50: 2600.0, p90: 2601.0, p99: 2603.0, min: 2599.0, max: 2604.0, count: 64}
+    decode_tps_per_request:
+      description: 1 / tpot, the per-request decode speed (the "172.2 tok/s at concurrency 1" figure).
+      type: dict
+      sample: {mean: 172.2, p50: 172.3, p90: 173.0, p99: 173.4, min: 170.9, max: 173.5, count: 64}
+    e2e_tps_per_request:
+      description: n_out / e2e per request, which includes the wait for the first token (a smaller figure).
+      type: dict
+      sample: {mean: 98.4, p50: 98.5, p90: 99.0, p99: 99.2, min: 97.0, max: 99.3, count: 64}
+    tokens_per_chunk:
+      description: n_out / content events per request; above 1 when chunks carry several tokens (speculative decoding).
+      type: dict
+      sample: {mean: 2.9, p50: 2.9, p90: 2.9, p99: 2.9, min: 2.9, max: 2.9, count: 64}
+    token_source:
+      description: C(usage) when every count came from the server's usage, else how tokens were counted.
+      type: str
+      sample: usage
+    length_mismatch:
+      description: Completed requests whose output length differs from O(output_tokens) under O(ignore_eos).
+      type: int
+      sample: 0
+    acceptance_length:
+      description: Speculative-decoding acceptance length over this level, or null when no counters are available.
+      type: float
+      sample: 2.9
+    spec_decode:
+      description: Where RV(results[].acceptance_length) came from, with the counter deltas.
+      type: dict
+      sample: {source: vllm /metrics counter deltas over the level, acceptance_length: 2.9, drafts: 1200}
+    connections_opened:
+      description: TCP connections opened by the level's workers (equal to concurrency when keep-alive held).
+      type: int
+      sample: 32
+    client_loop_lag_ms:
+      description: The client's event-loop lag during the level.
+      type: dict
+      sample: {mean: 0.5, p50: 0.4, p90: 0.9, p99: 1.4, min: 0.1, max: 2.0, count: 1500}
+    labels:
+      description: O(labels), as given.
+      type: dict
+      sample: {variant: baseline, fingerprint: 3f9a}
+client:
+  description: The benchmark client itself, with a self-check of its event-loop lag.
+  returned: success
+  type: dict
+  contains:
+    version:
+      description: Client version.
+      type: str
+      sample: 0.1.0
+    loop_lag_ms:
+      description: Per level, the distribution of the event loop's scheduling lag.
+      type: list
+      elements: dict
+      sample: [{concurrency: 1, lag: {mean: 0.5, p99: 1.2}}]
+    saturated:
+      description: Whether the worst p99 loop lag passed 5 ms.
+      type: bool
+      sample: false
+    warnings:
+      description: Anything that makes the figures less trustworthy.
+      type: list
+      elements: str
+      sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.serving.plugins.module_utils import _bench, _openai_stream as _stream
+
+
+def _summary(result):
+    return "c=%d: %s/%s ok, %s tok/s output, %s tok/s decode per request (p50), ttft p50 %s ms" % (
+        result["concurrency"], result["completed"], result["requests"], result["output_throughput"],
+        result["decode_tps_per_request"]["p50"], result["ttft_ms"]["p50"])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            model=dict(type="str"),
+            api=dict(type="str", default="completions", choices=["completions", "chat"]),
+            concurrency=dict(type="list", elements="int", default=[1]),
+            requests_per_level=dict(type="int"),
+            input_tokens=dict(type="int", default=128, no_log=False),
+            output_tokens=dict(type="int", default=256, no_log=False),
+            ignore_eos=dict(type="bool", default=True),
+            warmup=dict(type="int", default=1),
+            api_key=dict(type="str", no_log=True),
+            timeout=dict(type="float", default=600.0),
+            slo=dict(type="dict", options=dict(ttft_ms=dict(type="float"), tpot_ms=dict(type="float"),
+                                               e2e_ms=dict(type="float"))),
+            metrics_url=dict(type="str"),
+            labels=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not p["concurrency"]:
+        module.fail_json(msg="concurrency: give at least one level, for example [1, 32]")
+    if any(c < 1 for c in p["concurrency"]):
+        module.fail_json(msg="concurrency: every level must be 1 or more, got %s" % p["concurrency"])
+    for key, low in (("input_tokens", 1), ("output_tokens", 1), ("warmup", 0), ("requests_per_level", 1)):
+        if p[key] is not None and p[key] < low:
+            module.fail_json(msg="%s must be %d or more, got %d" % (key, low, p[key]))
+    if p["timeout"] <= 0:
+        module.fail_json(msg="timeout must be a positive number of seconds, got %s" % p["timeout"])
+    slo = dict((k, v) for k, v in (p["slo"] or {}).items() if v is not None)
+    bad = [k for k, v in slo.items() if v <= 0]
+    if bad:
+        module.fail_json(msg="slo: targets are positive milliseconds, got %s" % dict((k, slo[k]) for k in bad))
+    try:
+        target = _stream.Target(p["url"])
+    except ValueError as exc:
+        module.fail_json(msg="url: %s" % exc)
+
+    try:
+        models = _stream.list_models(target, p["api_key"], min(p["timeout"], 30.0))
+    except _stream.RequestError as exc:
+        module.fail_json(msg="server at %s is unreachable or not OpenAI-compatible: %s" % (p["url"], exc), url=p["url"])
+    model = p["model"]
+    if model is None:
+        if not models:
+            module.fail_json(msg="%s lists no models at /v1/models; set model" % target.full("/v1/models"), url=p["url"])
+        model = models[0]
+    elif models and model not in models:
+        module.fail_json(msg="model %r is not served at %s; the server offers: %s" % (model, p["url"], ", ".join(models)),
+                         url=p["url"], models=models)
+
+    levels = []
+    for c in p["concurrency"]:
+        levels.append((c, p["requests_per_level"] or max(4, 2 * c), p["warmup"]))
+    bench = _bench.Bench(target, model, api=p["api"], input_tokens=p["input_tokens"],
+                         output_tokens=p["output_tokens"], ignore_eos=p["ignore_eos"], api_key=p["api_key"],
+                         timeout=p["timeout"], slo=slo, labels=p["labels"], metrics_url=p["metrics_url"])
+    results, client = _bench.run(bench, levels)
+    out = dict(changed=False, url=p["url"], model=model, api=p["api"], results=results, client=client)
+    empty = [r for r in results if r["completed"] == 0]
+    if empty:
+        r = empty[0]
+        module.fail_json(msg="no request completed at concurrency %d against %s: %s" % (
+            r["concurrency"], p["url"], "; ".join("%s x%d: %s" % (k, n, r["error_samples"].get(k))
+                                                  for k, n in sorted(r["errors"].items()))), **out)
+    out["msg"] = "; ".join(_summary(r) for r in results)
+    if any(r["failed"] for r in results):
+        out["msg"] += " (FAILED requests: %s)" % ", ".join("c=%d %s" % (r["concurrency"], r["errors"])
+                                                           for r in results if r["failed"])
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()
