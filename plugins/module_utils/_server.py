@@ -86,7 +86,8 @@ def reconcile(params, check_mode=False):
     fingerprint = launch.fingerprint
     result = {"argv": launch.public_argv, "fingerprint": fingerprint, "variant": params.get("variant"),
               "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
-              "engine_version": version, "supervisor": kind, "log": sup.log_path, "state_file": sup.store.path}
+              "engine_version": version, "supervisor": kind, "log": sup.log_path, "state_file": sup.store.path,
+              "healthy": None}
     before = {"argv": record.get("argv"), "fingerprint": record.get("fingerprint")} if record else {}
     running = bool(record) and sup.alive(record)
 
@@ -108,11 +109,18 @@ def reconcile(params, check_mode=False):
     after = {"argv": launch.public_argv, "fingerprint": fingerprint}
     if same and running and params["state"] == "started":
         result.update(pid=record.get("pid"), ready_s=record.get("ready_s"), started_at=record.get("started_at"))
-        if check_mode or not params["wait"]:
+        if check_mode:
+            # one quick probe, so a plan can tell "same and serving" from "same but not answering"
+            result["healthy"] = _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model,
+                                               params.get("api_key"), timeout=5.0,
+                                               generate_timeout=30.0).state == "ready"
+            return False, result, {"before": before, "after": after}
+        if not params["wait"]:
             return False, result, {"before": before, "after": after}
         if _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model,
                           params.get("api_key")).state != "ready":
             wait_ready(sup, record, launch, params)  # still loading (started with wait=false): wait, no restart
+        result["healthy"] = True
         return False, result, {"before": before, "after": after}
 
     diff = {"before": before, "after": after}
@@ -159,4 +167,5 @@ def reconcile(params, check_mode=False):
         raise ServerError("%s: %s" % (type(exc).__name__, exc), log_tail=log_tail, **result)
     sup.store.save(record)
     result["ready_s"] = record.get("ready_s")
+    result["healthy"] = True if params["wait"] else None
     return True, result, diff

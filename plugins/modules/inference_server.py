@@ -259,6 +259,15 @@ state_file:
   returned: always
   type: str
   sample: /var/lib/inferops/serving/qwen.json
+healthy:
+  description:
+    - V(true) when the server answered C(/health) and a 1-token generation in this run. In check mode,
+      for a server already running with this fingerprint, one quick probe decides it; V(false) there
+      means it runs but does not serve. Null when nothing was probed (a stop, a plan that would
+      restart, O(wait=false)).
+  returned: always
+  type: bool
+  sample: true
 stopped_pids:
   description: PIDs that were signalled to stop the old server (and any stray that carried the marker).
   returned: when a server was stopped
