@@ -23,7 +23,6 @@ from ansible_collections.inferops.serving.plugins.module_utils import _procs, _s
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAKE = os.path.join(ROOT, "tests", "support", "fake_engine.py")
 BIN = os.path.dirname(sys.executable)
-MODEL_DIR = os.path.join(ROOT, "build", "tiny-model")
 
 
 def play(srv, name="server"):
@@ -43,13 +42,6 @@ def gone(pid, timeout=5.0):
     while _procs.alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return not _procs.alive(pid)
-
-
-@pytest.fixture(scope="session")
-def tiny_model():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "build_tiny_model.py"), "--out", MODEL_DIR],
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture
