@@ -13,7 +13,9 @@ SANITY_ROOT := build/sanity/ansible_collections/inferops/serving
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup test lint sanity units integration freeze clean
+VARIANT ?= batched
+
+.PHONY: help setup test lint sanity units integration molecule demo demo-stop bench-switch freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -29,7 +31,7 @@ $(LINK):
 	mkdir -p $(dir $(LINK))
 	ln -sfn ../../.. $(LINK)
 
-test: setup lint sanity units integration ## everything CI runs
+test: setup lint sanity units integration molecule ## everything CI runs
 
 lint: setup ## ansible-lint, production profile
 	ansible-lint --offline --profile production
@@ -42,6 +44,20 @@ units: setup ## unit tests
 
 integration: setup ## integration tests: real ansible-playbook runs on localhost
 	python -m pytest -q tests/integration
+
+molecule: setup ## Molecule scenario extensions/molecule/default: converge -> idempotence -> verify -> cleanup
+	cd extensions && MOLECULE_SERVING_PORT=$$($(BIN)/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
+	  env -u ANSIBLE_CONFIG molecule test -s default
+
+demo: setup ## the main job here: serve VARIANT (default batched) of the tiny model with transformers serve, benchmark it
+	python tools/build_tiny_model.py --out build/tiny-model
+	ansible-playbook playbooks/switch_variant.yml -i inventories/local -e variant=$(VARIANT)
+
+demo-stop: setup ## stop the demo server and verify the GPUs
+	ansible-playbook playbooks/stop.yml -i inventories/local
+
+bench-switch: setup ## benchmarks/switch_overhead.py: what a switch and a no-op re-run cost beyond the engine
+	python benchmarks/switch_overhead.py
 
 freeze: ## re-pin requirements-dev.txt from requirements-dev.in
 	rm -rf build/freeze && $(PYTHON) -m venv build/freeze
