@@ -14,7 +14,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUTDIR=$(mkdir -p "$1" && cd "$1" && pwd)
 PY=${PYTHON:-python3}
-export H200_WORK=$OUTDIR/work H200_MODEL=$OUTDIR/work/model
+export H200_WORK=${H200_WORK:-$OUTDIR/work}
+export H200_MODEL=$H200_WORK/model
 export H200_TRANSFORMERS=${H200_TRANSFORMERS:-$(dirname "$(command -v transformers)")/transformers}
 export INFEROPS_RESULTS_DIR=$OUTDIR/results ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_NOCOLOR=1
 export PYTHONUNBUFFERED=1
