@@ -57,7 +57,7 @@ play playbooks/switch_variant.yml -e variant=batched -e bench=never
 stamp "5. rollback drill: variant broken asks for cuda:7"
 if play playbooks/switch_variant.yml -e variant=broken; then echo "FAIL: broken did not fail"; exit 1; fi
 "$PY" -c 'import urllib.request; print("GET /health:", urllib.request.urlopen("http://127.0.0.1:18400/health", timeout=10).read().decode())'
-grep -o '"variant": "[a-z]*"' "$H200_WORK/state/h200.json"
+"$PY" -c 'import json, sys; s = json.load(open(sys.argv[1])); print("serving now:", s["variant"], s["fingerprint"], "pid", s["pid"])' "$H200_WORK/state/h200.json"
 
 stamp "6. stop and verify the GPU clean"
 play playbooks/stop.yml
