@@ -8,6 +8,8 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 LINK := collections/ansible_collections/inferops/serving
+# awx.awx for playbooks/awx_configure.yml, unpacked from the wheel pinned in tools/awx-collection.txt
+AWX_COLLECTION := collections/ansible_collections/awx/awx
 # ansible-test refuses symlinks: it gets a copy under a path ending ansible_collections/inferops/serving.
 SANITY_ROOT := build/sanity/ansible_collections/inferops/serving
 export PATH := $(BIN):$(PATH)
@@ -18,7 +20,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: $(STAMP) $(LINK) ## create .venv with the pinned dev requirements (idempotent)
+setup: $(STAMP) $(LINK) $(AWX_COLLECTION)/MANIFEST.json ## create .venv with the pinned dev requirements and awx.awx (idempotent)
 
 $(STAMP): requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +30,18 @@ $(STAMP): requirements-dev.txt
 $(LINK):
 	mkdir -p $(dir $(LINK))
 	ln -sfn ../../.. $(LINK)
+
+# Galaxy is not reachable from CI; the community `ansible` wheel on PyPI carries awx.awx. Only that
+# collection is unpacked (not the other ~90), so nothing else changes for ansible-lint or the tests.
+$(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
+	rm -rf build/awx-wheel $(AWX_COLLECTION)
+	$(BIN)/python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --require-hashes -r tools/awx-collection.txt -d build/awx-wheel
+	$(BIN)/python -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+	  z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("ansible_collections/awx/awx/")])' \
+	  build/awx-wheel/ansible-*.whl collections
+	rm -rf build/awx-wheel
+	test -f $@ && touch $@
 
 test: setup lint sanity units integration ## everything CI runs
 
