@@ -15,7 +15,7 @@ SANITY_ROOT := build/sanity/ansible_collections/inferops/serving
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup test lint sanity units integration freeze clean
+.PHONY: help setup test lint sanity units integration awx ee freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -43,7 +43,7 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 	rm -rf build/awx-wheel
 	test -f $@ && touch $@
 
-test: setup lint sanity units integration ## everything CI runs
+test: setup lint sanity units integration awx ## everything CI runs
 
 lint: setup ## ansible-lint, production profile
 	ansible-lint --offline --profile production
@@ -56,6 +56,20 @@ units: setup ## unit tests
 
 integration: setup ## integration tests: real ansible-playbook runs on localhost
 	python -m pytest -q tests/integration
+
+awx: setup ## AWX as code: awx_configure.yml syntax and arguments, survey vs catalog, ansible-builder create
+	python -m pytest -q tests/awx
+
+# The EE build context for AWX: this collection as a tarball at the path execution-environment.yml
+# names, then `ansible-builder create` (no container runtime needed; build it with podman/docker).
+EE_CONTEXT ?= build/ee/context
+ee: setup ## the execution environment's build context in $(EE_CONTEXT) (see docs/awx.md)
+	rm -rf build/ee/collection $(EE_CONTEXT)
+	ansible-galaxy collection build --force --output-path build/ee/collection .
+	cp build/ee/collection/inferops-serving-*.tar.gz build/ee/inferops-serving.tar.gz
+	ansible-builder create -f execution-environment.yml -c $(EE_CONTEXT) --output-filename Containerfile
+	test -f $(EE_CONTEXT)/_build/collections/inferops-serving.tar.gz
+	@echo "build it: podman build -t inferops-serving-ee:latest $(EE_CONTEXT)"
 
 freeze: ## re-pin requirements-dev.txt from requirements-dev.in
 	rm -rf build/freeze && $(PYTHON) -m venv build/freeze
