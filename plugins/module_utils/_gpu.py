@@ -12,6 +12,7 @@ so everything above this file (the idle check, the callback) sees one shape.
 from __future__ import annotations
 
 import csv
+import threading
 
 MIB = 1024 * 1024
 
@@ -106,7 +107,9 @@ class NvmlBackend(object):
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             raise NoDriverError("NVML could not be initialised: %s" % exc)
-        self._handles = {}
+        self._handles, self._uuids, self._names = {}, {}, {}
+        self._mig_parents = set()
+        self._pid_names = {}
 
     def close(self):
         try:
@@ -142,8 +145,11 @@ class NvmlBackend(object):
         return info.used // MIB, info.total // MIB, None
 
     def _process_name(self, pid):
-        name = self._optional(self.nv.nvmlSystemGetProcessName, pid)
-        return _text(name) if name else ""
+        """Asked once per PID (the query costs milliseconds on a busy host, polling must not pay it)."""
+        if pid not in self._pid_names:
+            name = self._optional(self.nv.nvmlSystemGetProcessName, pid)
+            self._pid_names[pid] = _text(name) if name else ""
+        return self._pid_names[pid]
 
     def _processes(self, handle, mig_device=None):
         found = []
@@ -151,40 +157,60 @@ class NvmlBackend(object):
                            ("graphics", self.nv.nvmlDeviceGetGraphicsRunningProcesses)):
             for proc in self._optional(func, handle) or []:
                 used = getattr(proc, "usedGpuMemory", None)
-                found.append({"pid": int(proc.pid), "name": self._process_name(proc.pid),
+                found.append({"pid": int(proc.pid), "name": self._process_name(int(proc.pid)),
                               "used_mib": None if used is None else used // MIB,
                               "type": kind, "mig_device": mig_device})
         return found
 
-    def snapshot(self, indices, health=True):  # pylint: disable=unused-argument
-        """Every figure, health included: NVML queries cost microseconds."""
+    def snapshot(self, indices, health=True):
+        """Memory and holders; with health, also names, ECC, remapping, retired pages and MIG mode.
+
+        A polling read (health=False) skips the health queries and walks MIG instances only on GPUs
+        seen in MIG mode by the last full read; UUIDs, names and process names are asked once.
+        """
         nv, gpus = self.nv, []
         for index in indices:
             handle = self._handle(index)
             used, total, reserved = self._memory(handle)
-            gpu = new_gpu(index, _text(nv.nvmlDeviceGetUUID(handle)), _text(nv.nvmlDeviceGetName(handle)),
-                          used, total, reserved)
+            gpu = new_gpu(index, self._uuid(index), self._name(index), used, total, reserved)
             gpu["processes"] = self._processes(handle)
-            health = gpu["health"]
-            health["ecc_uncorrected_volatile"] = self._optional(
+            if not health:
+                if index in self._mig_parents:
+                    self._mig_devices(handle, gpu)
+                gpus.append(gpu)
+                continue
+            checks = gpu["health"]
+            checks["ecc_uncorrected_volatile"] = self._optional(
                 nv.nvmlDeviceGetTotalEccErrors, handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 nv.NVML_VOLATILE_ECC)
             rows = self._optional(nv.nvmlDeviceGetRemappedRows, handle)
             if rows is not None:
-                health["remapped_rows_pending"] = bool(rows[2])
-                health["remapped_rows_failure"] = bool(rows[3])
+                checks["remapped_rows_pending"] = bool(rows[2])
+                checks["remapped_rows_failure"] = bool(rows[3])
             pages = self._optional(nv.nvmlDeviceGetRetiredPagesPendingStatus, handle)
             if pages is not None:
-                health["retired_pages_pending"] = bool(pages)
+                checks["retired_pages_pending"] = bool(pages)
             mig = self._optional(nv.nvmlDeviceGetMigMode, handle)
+            self._mig_parents.discard(index)
             if mig is not None:
                 current, pending = mig
                 gpu["mig_mode"] = "enabled" if current else "disabled"
-                health["mig_mode_pending"] = "enabled" if pending else "disabled"
+                checks["mig_mode_pending"] = "enabled" if pending else "disabled"
                 if current:
+                    self._mig_parents.add(index)
                     self._mig_devices(handle, gpu)
             gpus.append(gpu)
         return gpus
+
+    def _uuid(self, index):
+        if index not in self._uuids:
+            self._uuids[index] = _text(self.nv.nvmlDeviceGetUUID(self._handle(index)))
+        return self._uuids[index]
+
+    def _name(self, index):
+        if index not in self._names:
+            self._names[index] = _text(self.nv.nvmlDeviceGetName(self._handle(index)))
+        return self._names[index]
 
     def _mig_devices(self, handle, gpu):
         """Under MIG, processes live on the MIG devices, not on the parent: look at each instance."""
@@ -203,7 +229,7 @@ class NvmlBackend(object):
 
 
 class SmiBackend(object):
-    """nvidia-smi, through its stable CSV query interface only (about 20 ms a call)."""
+    """nvidia-smi, through its stable CSV query interface only (tens of ms a call)."""
 
     name = "nvidia_smi"
 
@@ -229,22 +255,49 @@ class SmiBackend(object):
             raise GpuError("%s failed (rc=%d): %s" % (" ".join(argv), rc, text))
         return [[cell.strip() for cell in row] for row in csv.reader(out.splitlines()) if row]
 
-    def _gpu_rows(self, health):
-        if health and self._health:
-            rows = self._query("--query-gpu", _SMI_BASE + _SMI_HEALTH, allow_fail=True)
-            if rows is not None:
-                return rows
-            self._health = False
-        return self._query("--query-gpu", _SMI_BASE)
+    def _concurrently(self, queries):
+        """Run the queries (option, fields, allow_fail) at once: a poll costs one call's time, not three.
+
+        Each query is its own nvidia-smi process; the results keep the order of the queries and the
+        first error raised by any of them is raised here.
+        """
+        results = [None] * len(queries)
+
+        def one(slot):
+            try:
+                results[slot] = (self._query(*queries[slot]), None)
+            except Exception as exc:  # pylint: disable=broad-except  # re-raised in the caller's thread
+                results[slot] = (None, exc)
+        threads = [threading.Thread(target=one, args=(slot,)) for slot in range(1, len(queries))]
+        for thread in threads:
+            thread.start()
+        one(0)
+        for thread in threads:
+            thread.join()
+        for _rows, error in results:
+            if error is not None:
+                raise error
+        return [rows for rows, _error in results]
 
     def indices(self):
         return [int(row[0]) for row in self._query("--query-gpu", ("index",))]
 
     def snapshot(self, indices, health=True):
-        """health=False reads only memory and processes (two calls), for fast polling."""
+        """health=False reads only memory and processes (two concurrent calls), for fast polling."""
         wanted = set(indices)
+        with_health = health and self._health
+        with_remap = health and self._remap
+        queries = [("--query-gpu", _SMI_BASE + _SMI_HEALTH if with_health else _SMI_BASE, with_health),
+                   ("--query-compute-apps", _SMI_APPS, False)]
+        if with_remap:
+            queries.append(("--query-remapped-rows", _SMI_REMAP, True))
+        answers = self._concurrently(queries)
+        gpu_rows, app_rows = answers[0], answers[1]
+        if gpu_rows is None:  # this nvidia-smi refuses a health field: read without them from now on
+            self._health = False
+            gpu_rows = self._query("--query-gpu", _SMI_BASE)
         gpus, by_uuid = [], {}
-        for row in self._gpu_rows(health):
+        for row in gpu_rows:
             index = int(row[0])
             if index not in wanted:
                 continue
@@ -257,15 +310,14 @@ class SmiBackend(object):
                 gpu["health"]["mig_mode_pending"] = None if _na(mig_pending) else mig_pending.strip().lower()
             gpus.append(gpu)
             by_uuid[gpu["uuid"]] = gpu
-        if health and self._remap:
-            rows = self._query("--query-remapped-rows", _SMI_REMAP, allow_fail=True)
-            if rows is None:
+        if with_remap:
+            if answers[2] is None:
                 self._remap = False
-            for row in rows or []:
+            for row in answers[2] or []:
                 if len(row) >= 3 and row[0] in by_uuid:
                     by_uuid[row[0]]["health"]["remapped_rows_pending"] = _flag(row[1])
                     by_uuid[row[0]]["health"]["remapped_rows_failure"] = _flag(row[2])
-        for row in self._query("--query-compute-apps", _SMI_APPS):
+        for row in app_rows:
             if len(row) < 4:
                 continue
             gpu = by_uuid.get(row[0])

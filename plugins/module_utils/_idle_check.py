@@ -141,6 +141,7 @@ class IdleCheck(object):
         name = self.backend.name
         health = None
         while True:
+            began = self.clock()
             gpus = self.backend.snapshot(self.indices, health=health is None)
             if health is None:
                 # health (ECC, remapping, MIG mode) is read once; polling reads memory and holders only
@@ -175,4 +176,5 @@ class IdleCheck(object):
             if now >= deadline:
                 msg = "GPUs not clean after %.1fs: %s" % (self.timeout, self._dirty_report(gpus))
                 raise CheckFailed(msg, self._result(gpus, start, name, changed=bool(self.killed)))
-            self.sleep(min(self.poll_interval, max(0.0, deadline - now)))
+            # a fixed cadence: the time the read took counts against the interval
+            self.sleep(max(0.0, min(self.poll_interval - (now - began), deadline - now)))

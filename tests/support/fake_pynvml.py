@@ -90,6 +90,7 @@ class FakeNvml(object):
         return self._procs(h.get("graphics", []))
 
     def nvmlSystemGetProcessName(self, pid):
+        self.calls.append(("name", pid))
         if pid not in self.names:
             raise NVMLError_NotFound(6)
         return self.names[pid]
@@ -101,6 +102,7 @@ class FakeNvml(object):
 
     def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
         assert (kind, counter) == (1, 0)
+        self.calls.append(("ecc", h["uuid"]))
         return self._opt(h, "ecc")
 
     def nvmlDeviceGetRemappedRows(self, h):

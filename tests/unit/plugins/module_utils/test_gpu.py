@@ -71,7 +71,7 @@ def test_smi_snapshot_filters_indices_and_polling_skips_health():
     gpus = backend.snapshot([1], health=False)
     assert [g["index"] for g in gpus] == [1]
     assert len(smi.calls) == 2  # memory + processes, no health fields, no remapped rows
-    assert "ecc" not in smi.calls[0][1]
+    assert not any("ecc" in c[1] for c in smi.calls)
 
 
 def test_smi_falls_back_when_health_fields_are_not_valid_here():
@@ -97,7 +97,7 @@ def test_smi_without_driver_raises_no_driver(text):
 
 def test_smi_other_failure_is_a_gpu_error_with_the_command():
     backend = _gpu.SmiBackend(FakeSmi(ROWS, rc=15, fail_text="Unknown Error"), "nvidia-smi")
-    with pytest.raises(_gpu.GpuError, match="--query-gpu.*rc=15.*Unknown Error"):
+    with pytest.raises(_gpu.GpuError, match="--query-(gpu|compute-apps).*rc=15.*Unknown Error"):
         backend.snapshot([0])
 
 
@@ -128,6 +128,18 @@ def test_nvml_processes_names_and_unknown_usage():
     procs = _gpu.NvmlBackend(nv).snapshot([0])[0]["processes"]
     assert procs[0] == {"pid": 11, "name": "/usr/bin/python3", "used_mib": 8192, "type": "compute", "mig_device": None}
     assert procs[1]["used_mib"] is None and procs[1]["name"] == ""
+
+
+def test_nvml_polling_read_skips_health_and_asks_each_name_once():
+    nv = fake_pynvml.FakeNvml([fake_pynvml.gpu(0, used_mib=9000, procs=[(11, 8192)])], names={11: b"python3"})
+    backend = _gpu.NvmlBackend(nv)
+    backend.snapshot([0])
+    before = list(nv.calls)
+    polled = backend.snapshot([0], health=False)[0]
+    new = nv.calls[len(before):]
+    assert polled["processes"][0]["name"] == "python3"
+    assert sorted(c[0] for c in before if c[0] in ("ecc", "name")) == ["ecc", "name"]
+    assert not [c for c in new if c[0] in ("ecc", "name")]  # no health query, the name is cached
 
 
 def test_nvml_health_unsupported_is_none_not_failure():

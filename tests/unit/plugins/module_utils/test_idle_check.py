@@ -77,6 +77,18 @@ def test_polls_until_clean_then_returns_within_one_interval():
     assert result["waited_s"] == pytest.approx(0.15)
 
 
+def test_the_time_a_read_takes_counts_against_the_interval():
+    clock = Clock()
+
+    def slow_read(n):
+        clock.now += 0.03  # each read takes 30 ms (an nvidia-smi call)
+        return [gpu(0, used=900)] if n < 3 else [gpu(0)]
+    check = _idle_check.IdleCheck(ScriptedBackend([slow_read]), [0], timeout=10, poll_interval=0.1,
+                                  clock=clock, sleep=clock.sleep)
+    assert check.run()["clean"]
+    assert clock.sleeps == pytest.approx([0.07, 0.07])
+
+
 def test_deadline_fails_naming_each_dirty_gpu_and_holder():
     clock = Clock()
     frames = [lambda n: [gpu(0), gpu(7, used=4096, pids=[os.getpid()])]]
