@@ -28,6 +28,7 @@ import shutil
 import sys
 
 MARKER = ".inferops-tiny-model.json"
+FORMAT = 3  # bump when a change to the build must rebuild existing models
 SEED = 1234
 
 SIZES = {
@@ -74,7 +75,7 @@ def complete(out, size):
             marker = json.load(handle)
     except (IOError, OSError, ValueError):
         return False
-    if marker.get("size") != size:
+    if marker.get("size") != size or marker.get("format") != FORMAT:
         return False
     return all(os.path.exists(os.path.join(out, f)) for f in marker.get("files", []))
 
@@ -99,12 +100,22 @@ def build(out, size):
     fast.chat_template = CHAT_TEMPLATE
 
     dtype = spec.pop("dtype")
-    vocab = spec.pop("vocab")
+    spec.pop("vocab")
+    vocab = len(fast)  # what BPE learned from the corpus: every id the model can emit decodes to text
     config = Qwen3Config(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=True,
                          eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"),
                          pad_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
                          bos_token_id=None, **spec)
-    model = Qwen3ForCausalLM(config).to(getattr(torch, dtype))
+    model = Qwen3ForCausalLM(config)
+    # Tied embeddings: a zero row gives a token a logit of exactly 0, below the largest of the random
+    # logits, so greedy decoding never emits it. Muted: the special tokens (EOS would end a request
+    # early) and the byte fragments that are no text alone (a stream of them never yields a chunk).
+    muted = set(fast.all_special_ids)
+    muted.update(i for i in range(vocab) if "\ufffd" in fast.decode([i]))
+    with torch.no_grad():
+        for token_id in sorted(muted):
+            model.get_input_embeddings().weight[token_id].zero_()
+    model = model.to(getattr(torch, dtype))
     model.generation_config.max_new_tokens = 64
     params = sum(p.numel() for p in model.parameters())
 
@@ -117,7 +128,7 @@ def build(out, size):
     for name in files:
         os.replace(os.path.join(stage, name), os.path.join(out, name))
     os.rmdir(stage)
-    marker = {"size": size, "params": params, "dtype": dtype, "seed": SEED, "files": files}
+    marker = {"size": size, "format": FORMAT, "vocab": vocab, "params": params, "dtype": dtype, "seed": SEED, "files": files}
     tmp = os.path.join(out, MARKER + ".tmp")
     with open(tmp, "w") as handle:
         json.dump(marker, handle, indent=1)

@@ -1,0 +1,256 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""playbooks/switch_variant.yml, stop.yml and bench.yml through real ansible-playbook runs.
+
+The fast cases serve the timing-exact stand-in (tests/support/stream_server.py) and the failing
+engines of tests/support/fake_engine.py as `engine: command` variants, on 8 fake GPUs (the fake
+nvidia-smi). One case switches the real `transformers serve` engine from baseline to batched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+
+import pytest
+import yaml
+
+from ansible_collections.inferops.serving.plugins.module_utils import _procs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUPPORT = os.path.join(ROOT, "tests", "support")
+PLAY = os.path.join(ROOT, "playbooks", "switch_variant.yml")
+STOP = os.path.join(ROOT, "playbooks", "stop.yml")
+BENCH = os.path.join(ROOT, "playbooks", "bench.yml")
+
+
+def stand_in(port, step_ms):
+    return [sys.executable, os.path.join(SUPPORT, "stream_server.py"), "--port", str(port),
+            "--model", "standin", "--ttft-ms", "5", "--step-ms", str(step_ms)]
+
+
+def fake_engine(port, mode):
+    return [sys.executable, os.path.join(SUPPORT, "fake_engine.py"), "--port", str(port), "--model", "standin",
+            "--mode", mode, "--load-s", "0.2"]
+
+
+def finished(run, key):
+    """The last async_status result that carries `key` (results: the benchmark, argv: the server)."""
+    found = [r["result"] for r in run.results("async_status") if key in r["result"]]
+    assert found, "no async_status result with %s in:\n%s" % (key, run.stdout[-3000:])
+    return found[-1]
+
+
+def levels_of(run):
+    return finished(run, "results")["results"]
+
+
+def benchmarked(run):
+    return any("results" in r["result"] for r in run.results("async_status"))
+
+
+@pytest.fixture
+def fleet(tmp_path, port, fake_gpus):
+    """An inventory of this host with stand-in variants; returns helpers around it."""
+    state = tmp_path / "state"
+    inv = tmp_path / "inventory.yml"
+    group = {
+        "hosts": {"localhost": {"ansible_connection": "local",
+                                "ansible_python_interpreter": "{{ ansible_playbook_python }}"}},
+        "vars": {
+            "serving_engine": "command", "serving_model": "standin", "serving_name": "sv",
+            "serving_port": port, "serving_state_dir": str(state), "serving_log_dir": str(tmp_path / "log"),
+            "serving_supervisor": "process", "serving_ready_timeout": 20, "serving_stop_timeout": 5,
+            "serving_progress_delay": 1,
+            "serving_gpu_check": {"backend": "nvidia_smi", "timeout": 10, "kill_grace": 2},
+            "serving_bench": {"concurrency": [1, 4], "requests_per_level": 8, "input_tokens": 8,
+                              "output_tokens": 16, "warmup": 0},
+            "serving_variants": {
+                "fast": {"command": stand_in(port, 2)},
+                "slow": {"extends": "fast", "command": stand_in(port, 6), "env": {"STANDIN": "slow"}},
+                "crash": {"command": fake_engine(port, "exit")},
+                "hang": {"command": fake_engine(port, "never-ready"), "ready_timeout": 3},
+            },
+        },
+    }
+    inv.write_text(yaml.safe_dump({"serving": group}))
+
+    class Fleet(object):
+        inventory = str(inv)
+        gpus = fake_gpus
+
+        def record(self):
+            """The server's state file: what serves, per inference_server."""
+            path = state / "sv.json"
+            return json.loads(path.read_text()) if path.exists() else None
+
+        def pid(self):
+            return json.loads((state / "sv.json").read_text())["pid"]
+
+        def health(self):
+            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5) as resp:
+                return resp.status
+
+    return Fleet()
+
+
+@pytest.fixture
+def switch(run_playbook, fleet):
+    def run(variant=None, playbook=PLAY, extra=None, **kw):
+        extra_vars = dict(extra or {})
+        if variant is not None:
+            extra_vars["variant"] = variant
+        return run_playbook(playbook, extra_vars=extra_vars, inventory=fleet.inventory,
+                            env=fleet.gpus.env, **kw)
+    yield run
+    run(playbook=STOP)  # leave nothing running
+
+
+def test_switch_reclaims_leftover_benchmarks_then_rerun_changes_nothing(switch, fleet):
+    leftover = fleet.gpus.hold(7, args=["vllm", "serve", "old-model"])
+    first = switch("fast")
+    assert first.rc == 0, first.stdout[-3000:]
+    gpu = first.result("gpu_idle_check")
+    assert gpu["clean"] and len(gpu["gpus"]) == 8 and gpu["killed"] == [leftover.pid]
+    assert leftover.wait(10) is not None  # the leftover on GPU 7 was really terminated
+    assert first.recap()["changed"] >= 2 and first.recap()["failed"] == 0
+    levels = levels_of(first)
+    assert [lvl["concurrency"] for lvl in levels] == [1, 4]
+    assert all(lvl["completed"] == 8 and lvl["failed"] == 0 for lvl in levels)
+    record = fleet.record()
+    assert record["variant"] == "fast" and record["argv"][-1] == "2"
+    assert levels[0]["labels"] == {"host": "localhost", "variant": "fast", "fingerprint": record["fingerprint"]}
+    pid = fleet.pid()
+
+    again = switch("fast")
+    assert again.rc == 0, again.stdout[-3000:]
+    assert again.recap()["changed"] == 0
+    assert "serves it already, healthy: nothing to change" in again.stdout
+    assert not benchmarked(again) and not again.results("gpu_idle_check")
+    assert fleet.pid() == pid
+
+    forced = switch("fast", extra={"bench": "always"})
+    assert forced.rc == 0 and forced.recap()["changed"] == 0
+    assert levels_of(forced)
+    assert fleet.pid() == pid
+
+
+def test_switch_to_another_variant_stops_the_old_one(switch, fleet):
+    assert switch("fast", extra={"bench": "never"}).rc == 0
+    old = fleet.pid()
+    run = switch("slow", extra={"bench": "never"})
+    assert run.rc == 0, run.stdout[-3000:]
+    assert "switching from fast" in run.stdout
+    assert not _procs.alive(old) and fleet.pid() != old
+    record = fleet.record()
+    assert record["variant"] == "slow" and record["argv"][-1] == "6"
+    assert "chain: fast <- slow" not in run.stdout and "variant slow (fast <- slow)" in run.stdout
+    assert fleet.health() == 200
+
+
+@pytest.mark.parametrize("variant, expect", [
+    ("nope", "unknown variant 'nope'; known variants: crash, fast, hang, slow"),
+    (None, "no variant given: pass -e variant=NAME; known variants: crash, fast, hang, slow"),
+])
+def test_bad_variant_fails_listing_variants_and_leaves_the_server_alone(switch, fleet, variant, expect):
+    assert switch("fast", extra={"bench": "never"}).rc == 0
+    pid = fleet.pid()
+    run = switch(variant)
+    assert run.rc != 0
+    assert expect in run.stdout
+    assert run.recap()["changed"] == 0
+    assert fleet.pid() == pid and _procs.alive(pid) and fleet.health() == 200
+    assert fleet.record()["variant"] == "fast"
+
+
+def test_broken_catalog_is_refused_before_anything_runs(switch, fleet):
+    broken = {"serving_variants": {"a": {"extends": "b", "command": ["x"]}, "b": {"extends": "a"},
+                                   "c": {"engine": "tgi", "model": "m"}}}
+    run = switch("a", extra=broken)
+    assert run.rc != 0
+    assert "extends forms a cycle: a -> b -> a" in run.stdout
+    assert "engine 'tgi' is not one of sglang, vllm, trtllm, transformers, command" in run.stdout
+    assert not run.results("inference_server") and fleet.record() is None
+
+
+@pytest.mark.parametrize("variant, reason", [
+    ("crash", "exited with code 3 before it was ready"),
+    ("hang", "was not ready within ready_timeout=3.0s"),
+])
+def test_failing_variant_is_rolled_back_to_the_previous_one(switch, fleet, variant, reason):
+    assert switch("fast", extra={"bench": "never"}).rc == 0
+    before = fleet.record()
+    run = switch(variant)
+    assert run.rc != 0
+    out = " ".join(run.stdout.split())
+    assert "Variant %s failed on localhost" % variant in out
+    assert reason in out
+    assert "ROLLED BACK: the previous variant fast serves again" in out
+    if variant == "crash":
+        assert "engine log tail:" in out and "RuntimeError: fake engine cannot load standin" in out
+    after = fleet.record()
+    assert (after["variant"], after["fingerprint"]) == (before["variant"], before["fingerprint"])
+    assert after["pid"] != before["pid"]  # the previous variant was started again
+    assert fleet.health() == 200
+    assert not benchmarked(run)
+
+
+def test_stop_verifies_gpus_and_bench_needs_something_serving(switch, fleet):
+    assert switch("fast", extra={"bench": "never"}).rc == 0
+    pid = fleet.pid()
+    bench = switch(playbook=BENCH)
+    assert bench.rc == 0, bench.stdout[-3000:]
+    labels = levels_of(bench)[0]["labels"]
+    assert labels["variant"] == "fast"
+    stop = switch(playbook=STOP)
+    assert stop.rc == 0 and stop.recap()["changed"] >= 1
+    assert not _procs.alive(pid) and fleet.record() is None
+    assert stop.result("gpu_idle_check")["clean"]
+    nothing = switch(playbook=BENCH)
+    assert nothing.rc != 0 and "Nothing serves on localhost" in nothing.stdout
+
+
+def test_check_mode_on_the_example_inventory_shows_the_nextn_argv(run_playbook, fake_gpus, tmp_path):
+    run = run_playbook(PLAY, check=True, diff=True, inventory=os.path.join(ROOT, "inventories", "example"),
+                       extra_vars={"variant": "nextn", "ansible_connection": "local",
+                                   "ansible_python_interpreter": sys.executable,
+                                   "serving_state_dir": str(tmp_path / "state"),
+                                   "serving_log_dir": str(tmp_path / "log")},
+                       env=fake_gpus.env)
+    assert run.rc == 0, run.stdout[-3000:]
+    plan = run.results("inference_server")[0]["result"]
+    argv = plan["argv"]
+    assert argv[:4] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--model-path"]
+    for flag, value in (("--tensor-parallel-size", "8"), ("--speculative-algorithm", "NEXTN"), ("--speculative-num-steps", "5"),
+                        ("--speculative-num-draft-tokens", "6"), ("--moe-runner-backend", "flashinfer_cutlass"),
+                        ("--fp4-gemm-backend", "flashinfer_cudnn")):
+        assert argv[argv.index(flag) + 1] == value, (flag, argv)
+    assert "argv: /opt/sglang/bin/python -m sglang.launch_server" in run.stdout
+    assert len(run.result("gpu_idle_check")["gpus"]) == 8
+    assert not (tmp_path / "state").exists() or not os.listdir(str(tmp_path / "state"))
+
+
+def test_real_transformers_engine_baseline_to_batched(run_playbook, tiny_model, tmp_path, port):
+    extra = {"serving_model": tiny_model, "serving_port": port,
+             "serving_state_dir": str(tmp_path / "state"), "serving_log_dir": str(tmp_path / "log"),
+             "serving_bench": {"concurrency": [1, 4], "requests_per_level": 4, "input_tokens": 16,
+                               "output_tokens": 16, "ignore_eos": False, "warmup": 0}}
+    try:
+        base = run_playbook(PLAY, extra_vars=dict(extra, variant="baseline"))
+        assert base.rc == 0, base.stdout[-3000:]
+        batched = run_playbook(PLAY, extra_vars=dict(extra, variant="batched"))
+        assert batched.rc == 0, batched.stdout[-3000:]
+        server = finished(batched, "argv")
+        assert "--continuous-batching" in server["argv"] and server["ready_s"] > 0
+        levels = levels_of(batched)
+        assert all(lvl["completed"] == 4 and lvl["failed"] == 0 for lvl in levels)
+        assert all(lvl["labels"]["variant"] == "batched" for lvl in levels)
+        print("real engine: batched ready in %.1fs; %s" % (server["ready_s"], ", ".join(
+            "c=%d %.1f tok/s" % (lvl["concurrency"], lvl["output_throughput"]) for lvl in levels)))
+        again = run_playbook(PLAY, extra_vars=dict(extra, variant="batched"))
+        assert again.rc == 0 and again.recap()["changed"] == 0
+    finally:
+        run_playbook(STOP, extra_vars=extra)
