@@ -75,10 +75,12 @@ def main(argv):
 
     live = [h for h in state.get("holders", []) if alive(int(h["pid"]))]
     by_index = dict((g["index"], g) for g in gpus)
+
     class Out(object):  # nvidia-smi separates fields with ", "
         @staticmethod
         def writerow(row):
             sys.stdout.write(", ".join(str(v) for v in row) + "\n")
+
     out = Out()
     if kind == "query-gpu":
         for gpu in gpus:
