@@ -34,6 +34,7 @@ hold() {  # hold GPU GIB NAME LABEL... : a real holder; NAME is its argv[0]
   setsid bash -c 'name=$1; shift; exec -a "$name" "$@"' holder "$name" "$PY" tests/gpu/leftover_holder.py \
     --gib "$gib" --device "cuda:$dev" --ready "$ready" "$@" </dev/null >>"$H200_WORK/holders.log" 2>&1 &
   for _ in $(seq 600); do [ -s "$ready" ] && break; sleep 0.1; done
+  [ -s "$ready" ] || { echo "FAIL: holder on GPU $dev never became ready:"; cat "$H200_WORK/holders.log"; exit 1; }
   PIDS+=("$(cat "$ready")")
   echo "holder pid $(cat "$ready") on GPU $dev ($gib GiB): $(tr '\0' ' ' </proc/"$(cat "$ready")"/cmdline)"
 }
@@ -52,7 +53,7 @@ nvidia-smi -L
 stamp "pass 1: a leftover on GPU $(gpu 7) only, a protected nv-hostengine on GPU 0"
 hold "$(gpu 7)" 8 python3 sglang.launch_server --model-path /models/old --tp-size 8
 LEFT=${PIDS[-1]}
-hold 0 1 nv-hostengine -n
+hold 0 1 nv-hostengine
 PROT=${PIDS[-1]}
 manual
 if check; then echo "FAIL: the protected holder did not fail the check"; exit 1; fi
