@@ -27,13 +27,16 @@ COUNT=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 LAST=$((COUNT - 1))
 gpu() { if [ "$1" -lt "$COUNT" ]; then echo "$1"; else echo "$LAST"; fi; }
 PIDS=()
+# a holder runs with another argv[0], so python cannot find its venv from it: name its site-packages
+HOLDER_PATH=$("$PY" -c 'import os, site, sys; print(os.pathsep.join(sys.path[1:]))')
 hold() {  # hold GPU GIB NAME LABEL... : a real holder; NAME is its argv[0]
   local dev=$1 gib=$2 name=$3; shift 3
   local ready="$H200_WORK/ready-$RANDOM"
   # its own session, like a leftover whose launcher died; argv[0] is NAME
-  setsid bash -c 'name=$1; shift; exec -a "$name" "$@"' holder "$name" "$PY" tests/gpu/leftover_holder.py \
+  PYTHONPATH=$HOLDER_PATH setsid bash -c 'name=$1; shift; exec -a "$name" "$@"' holder "$name" "$PY" tests/gpu/leftover_holder.py \
     --gib "$gib" --device "cuda:$dev" --ready "$ready" "$@" </dev/null >>"$H200_WORK/holders.log" 2>&1 &
   for _ in $(seq 600); do [ -s "$ready" ] && break; sleep 0.1; done
+  [ -s "$ready" ] || { echo "FAIL: holder on GPU $dev never became ready:"; cat "$H200_WORK/holders.log"; exit 1; }
   PIDS+=("$(cat "$ready")")
   echo "holder pid $(cat "$ready") on GPU $dev ($gib GiB): $(tr '\0' ' ' </proc/"$(cat "$ready")"/cmdline)"
 }
@@ -52,7 +55,7 @@ nvidia-smi -L
 stamp "pass 1: a leftover on GPU $(gpu 7) only, a protected nv-hostengine on GPU 0"
 hold "$(gpu 7)" 8 python3 sglang.launch_server --model-path /models/old --tp-size 8
 LEFT=${PIDS[-1]}
-hold 0 1 nv-hostengine -n
+hold 0 1 nv-hostengine
 PROT=${PIDS[-1]}
 manual
 if check; then echo "FAIL: the protected holder did not fail the check"; exit 1; fi

@@ -43,6 +43,14 @@ def process_name(pid):
         return "?"
 
 
+class Out(object):
+    """Rows as nvidia-smi writes them: fields separated by ", "."""
+
+    @staticmethod
+    def writerow(row):
+        sys.stdout.write(", ".join(str(v) for v in row) + "\n")
+
+
 def main(argv):
     path = os.environ.get("FAKE_NVIDIA_SMI_STATE")
     state = {"driver": False}
@@ -75,12 +83,6 @@ def main(argv):
 
     live = [h for h in state.get("holders", []) if alive(int(h["pid"]))]
     by_index = dict((g["index"], g) for g in gpus)
-
-    class Out(object):  # nvidia-smi separates fields with ", "
-        @staticmethod
-        def writerow(row):
-            sys.stdout.write(", ".join(str(v) for v in row) + "\n")
-
     out = Out()
     if kind == "query-gpu":
         for gpu in gpus:
