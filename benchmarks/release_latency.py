@@ -38,6 +38,8 @@ def collection_path():
 
 
 sys.path.insert(0, collection_path())
+sys.path.insert(0, SUPPORT)
+import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_collections.inferops.serving.plugins.module_utils import _gpu, _idle_check  # noqa: E402
 
 
@@ -50,11 +52,7 @@ def fake_smi(tmp):
     """Put the fake nvidia-smi on PATH; return (state file, binary)."""
     bindir = os.path.join(tmp, "bin")
     os.makedirs(bindir)
-    binary = os.path.join(bindir, "nvidia-smi")
-    with open(binary, "w") as handle:
-        handle.write("#!%s -IS\nimport runpy, sys\nrunpy.run_path(%r, run_name='__main__')\n"
-                     % (os.path.realpath(sys.executable), os.path.join(SUPPORT, "fake_nvidia_smi.py")))
-    os.chmod(binary, 0o755)
+    binary = fake_nvidia_smi.install(bindir)
     state = os.path.join(tmp, "state.json")
     os.environ["FAKE_NVIDIA_SMI_STATE"] = state
     with open(state, "w") as handle:

@@ -32,6 +32,8 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUPPORT = os.path.join(ROOT, "tests", "support")
 BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, SUPPORT)
+import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def free_port():
@@ -43,11 +45,7 @@ def free_port():
 def fake_gpus(tmp):
     bindir = os.path.join(tmp, "bin")
     os.makedirs(bindir)
-    launcher = os.path.join(bindir, "nvidia-smi")
-    with open(launcher, "w") as handle:
-        handle.write("#!%s -IS\nimport runpy, sys\nsys.argv[0] = 'nvidia-smi'\nrunpy.run_path(%r, run_name='__main__')\n"
-                     % (os.path.realpath(sys.executable), os.path.join(SUPPORT, "fake_nvidia_smi.py")))
-    os.chmod(launcher, 0o755)
+    fake_nvidia_smi.install(bindir)
     state = os.path.join(tmp, "gpus.json")
     with open(state, "w") as handle:
         json.dump({"driver": True, "holders": [],

@@ -27,6 +27,8 @@ for _path in (os.path.join(ROOT, "collections"), SUPPORT):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
+
 
 def free_port():
     with socket.socket() as sock:
@@ -181,10 +183,7 @@ class FakeGpus(object):
         bindir = self.dir / "bin"
         bindir.mkdir(parents=True)
         self.state_file = self.dir / "state.json"
-        launcher = bindir / "nvidia-smi"
-        launcher.write_text("#!%s -IS\nimport runpy, sys\nsys.argv[0] = 'nvidia-smi'\nrunpy.run_path(%r, run_name='__main__')\n"
-                            % (os.path.realpath(sys.executable), os.path.join(SUPPORT, "fake_nvidia_smi.py")))
-        launcher.chmod(0o755)
+        fake_nvidia_smi.install(bindir)
         self.bindir = str(bindir)
         self.children = []
         self.state = {"driver": True, "holders": [],

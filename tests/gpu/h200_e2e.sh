@@ -11,21 +11,9 @@
 # the GPU clean, with NVML's used vs reserved figures. Everything goes to OUTDIR: run.log, the
 # bench_facts results (results/), the release-latency figures (latency.log).
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-OUTDIR=$(mkdir -p "$1" && cd "$1" && pwd)
-PY=${PYTHON:-python3}
-export H200_WORK=${H200_WORK:-$OUTDIR/work}
-export H200_MODEL=$H200_WORK/model
-export H200_TRANSFORMERS=${H200_TRANSFORMERS:-$(dirname "$(command -v transformers)")/transformers}
-export INFEROPS_RESULTS_DIR=$OUTDIR/results ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_NOCOLOR=1
-export PYTHONUNBUFFERED=1
-mkdir -p "$H200_WORK" "$ROOT/collections/ansible_collections/inferops"
-ln -sfn ../../.. "$ROOT/collections/ansible_collections/inferops/serving"
-cd "$ROOT"
-LOG=$OUTDIR/run.log
-exec > >(tee -a "$LOG") 2>&1
+# shellcheck source=tests/gpu/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 play() { echo "### $(date -u +%H:%M:%S) ansible-playbook $*"; ansible-playbook -i tests/gpu/h200_inventory "$@"; }
-stamp() { echo "### $(date -u +%H:%M:%S) $*"; }
 
 stamp "the host"
 nvidia-smi

@@ -10,19 +10,8 @@
 # that exist (the last one for "GPU 7"). Then switches variants (tests/gpu/h200_inventory) and
 # benchmarks at concurrency 1 and 32. Results and run.log go to OUTDIR.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-OUTDIR=$(mkdir -p "$1" && cd "$1" && pwd)
-PY=${PYTHON:-python3}
-export H200_WORK=${H200_WORK:-$OUTDIR/work}
-export H200_MODEL=$H200_WORK/model
-export H200_TRANSFORMERS=${H200_TRANSFORMERS:-$(dirname "$(command -v transformers)")/transformers}
-export INFEROPS_RESULTS_DIR=$OUTDIR/results ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_NOCOLOR=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-mkdir -p "$H200_WORK" "$ROOT/collections/ansible_collections/inferops"
-ln -sfn ../../.. "$ROOT/collections/ansible_collections/inferops/serving"
-cd "$ROOT"
-exec > >(tee -a "$OUTDIR/run.log") 2>&1
-stamp() { echo "### $(date -u +%H:%M:%S) $*"; }
+# shellcheck source=tests/gpu/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 COUNT=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 LAST=$((COUNT - 1))
 gpu() { if [ "$1" -lt "$COUNT" ]; then echo "$1"; else echo "$LAST"; fi; }

@@ -43,6 +43,20 @@ def process_name(pid):
         return "?"
 
 
+def install(bindir):
+    """Write an executable `nvidia-smi` into bindir that runs this file; returns its path.
+
+    The launcher uses this interpreter in isolated mode (-IS), so it starts fast and sees no
+    site-packages; state comes from $FAKE_NVIDIA_SMI_STATE as above.
+    """
+    launcher = os.path.join(str(bindir), "nvidia-smi")
+    with open(launcher, "w") as handle:
+        handle.write("#!%s -IS\nimport runpy, sys\nsys.argv[0] = 'nvidia-smi'\nrunpy.run_path(%r, run_name='__main__')\n"
+                     % (os.path.realpath(sys.executable), os.path.abspath(__file__)))
+    os.chmod(launcher, 0o755)
+    return launcher
+
+
 class Out(object):
     """Rows as nvidia-smi writes them: fields separated by ", "."""
 
