@@ -79,8 +79,8 @@ def canary_gate(candidate, baseline, min_speedup=0.95, host="?", variant="?", pr
     worst = min(rows, key=lambda row: row["ratio"])
     out["worst"] = worst
     out["passed"] = worst["ratio"] >= min_speedup
-    figures = ", ".join("c=%d %s -> %s tok/s (%.2fx)" % (r["concurrency"], _fmt(r["baseline"]), _fmt(r["candidate"]),
-                                                          r["ratio"]) for r in rows)
+    figures = ", ".join("c=%d %s -> %s tok/s (%.2fx)"
+                        % (r["concurrency"], _fmt(r["baseline"]), _fmt(r["candidate"]), r["ratio"]) for r in rows)
     if out["passed"]:
         out["msg"] = ("canary gate passed on %s: %s vs %s, worst %.2fx >= rollout_min_speedup %s (%s)"
                       % (host, variant, previous, worst["ratio"], min_speedup, figures))
@@ -180,16 +180,18 @@ def summary(hosts, befores, outcomes, wanted, verdict=None):
                      "how": how, "drained": bool(outcome.get("drained")), "detail": outcome.get("detail") or ""})
     width = max([len(r["host"]) for r in rows] + [4])
     on_wanted = [r["host"] for r in rows if r["variant"] == wanted]
-    lines = ["ROLLOUT of %s: %d of %d hosts serve it%s" % (
-        wanted, len(on_wanted), len(rows),
-        ("; stopped: %s" % verdict["reason"]) if verdict and verdict.get("stop") and not verdict.get("last")
-        else ("; %s" % verdict["reason"]) if verdict and verdict.get("stop") else "")]
+    if verdict and verdict.get("stop") and not verdict.get("last"):
+        why = "; stopped: %s" % verdict["reason"]
+    elif verdict and (verdict.get("stop") or verdict.get("failed")):
+        why = "; %s" % verdict["reason"]
+    else:
+        why = ""
+    lines = ["ROLLOUT of %s: %d of %d hosts serve it%s" % (wanted, len(on_wanted), len(rows), why)]
     for row in rows:
-        serving = row["variant"] if row["variant"] else ("?" if "unknown" in row["how"] or "unreachable" in row["how"]
-                                                          else "nothing")
-        lines.append("%s  serves %s  (%s%s)" % (row["host"].ljust(width), serving, row["how"],
-                                                 ", left drained" if row["drained"] and row["status"] not in SERVING
-                                                 else ""))
+        unknown = "unknown" in row["how"] or "unreachable" in row["how"]
+        serving = row["variant"] or ("?" if unknown else "nothing")
+        drained = ", left drained" if row["drained"] and row["status"] not in SERVING else ""
+        lines.append("%s  serves %s  (%s%s)" % (row["host"].ljust(width), serving, row["how"], drained))
     counts = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1

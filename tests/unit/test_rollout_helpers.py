@@ -143,5 +143,7 @@ def test_summary_of_failures_says_whether_anything_serves():
                 "c": {"rollout_outcome": outcome("gate_kept", "v2")}}
     lines = ro.summary(["a", "b", "c"], {}, {h: v["rollout_outcome"] for h, v in hostvars.items()}, "v2")["lines"]
     assert lines[0] == "ROLLOUT of v2: 1 of 3 hosts serve it"
+    within = {"stop": False, "last": True, "failed": ["a failed"], "reason": "1 of 3 hosts of the batch failed (a failed), within"}
+    assert ro.summary(["a"], {}, {}, "v2", within)["lines"][0] == "ROLLOUT of v2: 0 of 1 hosts serve it; " + within["reason"]
     assert lines[1:] == ["a     serves nothing  (failed: nothing serves)", "b     serves v1  (failed: still serves it)",
                          "c     serves v2  (slower canary, left on it)"]
