@@ -13,7 +13,7 @@ SANITY_ROOT := build/sanity/ansible_collections/inferops/serving
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup test lint sanity units integration freeze clean
+.PHONY: help setup test lint sanity units integration test-fleet freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -42,6 +42,10 @@ units: setup ## unit tests
 
 integration: setup ## integration tests: real ansible-playbook runs on localhost
 	python -m pytest -q tests/integration
+
+FLEET_HOSTS ?= 4
+test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root)
+	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -p no:cacheprovider tests/fleet
 
 freeze: ## re-pin requirements-dev.txt from requirements-dev.in
 	rm -rf build/freeze && $(PYTHON) -m venv build/freeze
