@@ -8,17 +8,21 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 LINK := collections/ansible_collections/inferops/serving
+# awx.awx for playbooks/awx_configure.yml, unpacked from the wheel pinned in tools/awx-collection.txt
+AWX_COLLECTION := collections/ansible_collections/awx/awx
 # ansible-test refuses symlinks: it gets a copy under a path ending ansible_collections/inferops/serving.
 SANITY_ROOT := build/sanity/ansible_collections/inferops/serving
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup test lint sanity units integration test-fleet freeze clean
+VARIANT ?= batched
+
+.PHONY: help setup test lint sanity units integration molecule awx test-fleet ee demo demo-stop bench-switch freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: $(STAMP) $(LINK) ## create .venv with the pinned dev requirements (idempotent)
+setup: $(STAMP) $(LINK) $(AWX_COLLECTION)/MANIFEST.json ## create .venv with the pinned dev requirements and awx.awx (idempotent)
 
 $(STAMP): requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +33,19 @@ $(LINK):
 	mkdir -p $(dir $(LINK))
 	ln -sfn ../../.. $(LINK)
 
-test: setup lint sanity units integration ## everything CI runs
+# Galaxy is not reachable from CI; the community `ansible` wheel on PyPI carries awx.awx. Only that
+# collection is unpacked (not the other ~90), so nothing else changes for ansible-lint or the tests.
+$(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
+	rm -rf build/awx-wheel $(AWX_COLLECTION)
+	$(BIN)/python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --require-hashes -r tools/awx-collection.txt -d build/awx-wheel
+	$(BIN)/python -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+	  z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("ansible_collections/awx/awx/")])' \
+	  build/awx-wheel/ansible-*.whl collections
+	rm -rf build/awx-wheel
+	test -f $@ && touch $@
+
+test: setup lint sanity units integration molecule awx ## everything CI runs
 
 lint: setup ## ansible-lint, production profile
 	ansible-lint --offline --profile production
@@ -42,6 +58,33 @@ units: setup ## unit tests
 
 integration: setup ## integration tests: real ansible-playbook runs on localhost
 	python -m pytest -q tests/integration
+
+molecule: setup ## Molecule scenario extensions/molecule/default: converge -> idempotence -> verify -> cleanup
+	cd extensions && MOLECULE_SERVING_PORT=$$($(BIN)/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
+	  env -u ANSIBLE_CONFIG molecule test -s default
+
+demo: setup ## the main job here: serve VARIANT (default batched) of the tiny model with transformers serve, benchmark it
+	python tools/build_tiny_model.py --out build/tiny-model
+	ansible-playbook playbooks/switch_variant.yml -i inventories/local -e variant=$(VARIANT)
+
+demo-stop: setup ## stop the demo server and verify the GPUs
+	ansible-playbook playbooks/stop.yml -i inventories/local
+
+bench-switch: setup ## benchmarks/switch_overhead.py: what a switch and a no-op re-run cost beyond the engine
+	python benchmarks/switch_overhead.py
+awx: setup ## AWX as code: awx_configure.yml syntax and arguments, survey vs catalog, ansible-builder create
+	python -m pytest -q tests/awx
+
+# The EE build context for AWX: this collection as a tarball at the path execution-environment.yml
+# names, then `ansible-builder create` (no container runtime needed; build it with podman/docker).
+EE_CONTEXT ?= build/ee/context
+ee: setup ## the execution environment's build context in $(EE_CONTEXT) (see docs/awx.md)
+	rm -rf build/ee/collection $(EE_CONTEXT)
+	ansible-galaxy collection build --force --output-path build/ee/collection .
+	cp build/ee/collection/inferops-serving-*.tar.gz build/ee/inferops-serving.tar.gz
+	ansible-builder create -f execution-environment.yml -c $(EE_CONTEXT) --output-filename Containerfile
+	test -f $(EE_CONTEXT)/_build/collections/inferops-serving.tar.gz
+	@echo "build it: podman build -t inferops-serving-ee:latest $(EE_CONTEXT)"
 
 FLEET_HOSTS ?= 4
 test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root)

@@ -159,13 +159,14 @@ class IdleCheck(object):
                                 for g in unhealthy)
                 raise CheckFailed(msg, self._result(gpus, start, name))
             protected = [(g, p) for g in gpus for p in g["processes"] if p["verdict"] == "protected"]
-            if protected:
+            holders = self._reclaimable(verdicts) if self.reclaim else []
+            if protected and (self.check_mode or not holders):
+                # the holders in scope are reclaimed first; what is left is a protected process: fail
                 msg = "; ".join("GPU %d is held by protected process %s (pid %d); it is never signalled"
                                 % (g["index"], p["name"], p["pid"]) for g, p in protected)
-                raise CheckFailed(msg, self._result(gpus, start, name))
+                raise CheckFailed(msg, self._result(gpus, start, name, changed=bool(self.killed)))
             if all(g["clean"] for g in gpus):
                 return self._result(gpus, start, name, changed=bool(self.killed))
-            holders = self._reclaimable(verdicts) if self.reclaim else []
             if self.check_mode and holders:
                 would = sorted(set(p for t in self.scope.targets(holders) for p in t.pids))
                 return self._result(gpus, start, name, changed=True, would_kill=would)

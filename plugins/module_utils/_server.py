@@ -73,29 +73,40 @@ def _wait_port_free(host, port, timeout=10.0):
     return True
 
 
+def current_of(record, running):
+    """What the state file says runs now (before this run), for the caller's rollback; no secrets."""
+    if not record:
+        return None
+    keys = ("variant", "fingerprint", "url", "pid", "engine", "model", "argv", "started_at", "ready_s")
+    current = dict((key, record.get(key)) for key in keys)
+    current["running"] = running
+    return current
+
+
 def reconcile(params, check_mode=False):
     """Returns (changed, result, diff). Raises ServerError or _engines.EngineError on failure."""
-    adapter = _engines.adapter(params["engine"])
-    version = adapter.version(params)
-    launch = adapter.build(params, version)
     kind = _supervisor.choose(params["supervisor"])
     sup = _supervisor.make(kind, params["name"], params["state_dir"], params["log_dir"], params["stop_timeout"])
     record = sup.store.load()
     if record and record.get("corrupt"):
         record = None
-    fingerprint = launch.fingerprint
-    result = {"argv": launch.public_argv, "fingerprint": fingerprint, "variant": params.get("variant"),
-              "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
-              "engine_version": version, "supervisor": kind, "log": sup.log_path, "state_file": sup.store.path,
-              "healthy": None}
     before = {"argv": record.get("argv"), "fingerprint": record.get("fingerprint")} if record else {}
     running = bool(record) and sup.alive(record)
+    result = {"argv": None, "fingerprint": None, "variant": params.get("variant"),
+              "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
+              "engine_version": None, "supervisor": kind, "log": sup.log_path, "state_file": sup.store.path,
+              "healthy": None, "current": current_of(record, running)}
 
-    if params["state"] == "stopped":
+    if params["state"] == "stopped":  # needs no engine or model: the state file says what runs
         strays = sup.carriers()
         changed = running or bool(strays) or bool(record)
         diff = {"before": before, "after": {}}
-        result.update(argv=record.get("argv") if record else launch.public_argv)
+        if record:
+            result.update(argv=record.get("argv"), fingerprint=record.get("fingerprint"),
+                          variant=params.get("variant") or record.get("variant"), url=record.get("url"))
+        elif params.get("engine") and params.get("model"):
+            launch = _engines.adapter(params["engine"]).build(params)
+            result.update(argv=launch.public_argv, fingerprint=launch.fingerprint)
         if changed and not check_mode:
             result["stopped_pids"] = sup.stop(record, params["stop_timeout"])
             if kind == "systemd":
@@ -103,6 +114,11 @@ def reconcile(params, check_mode=False):
             sup.store.clear()
         return changed, result, diff
 
+    adapter = _engines.adapter(params["engine"])
+    version = adapter.version(params)
+    launch = adapter.build(params, version)
+    fingerprint = launch.fingerprint
+    result.update(argv=launch.public_argv, fingerprint=fingerprint, engine_version=version)
     secrets = _secrets(params, launch)
     same = (bool(record) and record.get("fingerprint") == fingerprint and
             record.get("secrets_digest") == _fingerprint.secrets_digest(record.get("secrets_salt", ""), secrets))
@@ -141,6 +157,7 @@ def reconcile(params, check_mode=False):
     salt = _fingerprint.new_salt()
     started = sup.start(launch.argv, launch.env)
     record = {"name": params["name"], "engine": params["engine"], "model": params["model"],
+              "served_model_name": params.get("served_model_name"),
               "variant": params.get("variant"), "fingerprint": fingerprint, "argv": launch.public_argv,
               "port": params["port"], "host": params["host"], "url": result["url"], "supervisor": kind,
               "marker": sup.marker, "started_at": time.time(), "engine_version": version,

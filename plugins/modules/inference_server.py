@@ -60,14 +60,15 @@ options:
       - V(sglang) runs C(PYTHON -m sglang.launch_server --model-path MODEL ...), V(vllm) C(vllm serve MODEL ...),
         V(trtllm) C(trtllm-serve serve MODEL ...) (its options are spelled C(--snake_case)),
         V(transformers) C(transformers serve MODEL ...), V(command) the O(command) argv as given.
+      - Required with O(state=started) and O(state=restarted). O(state=stopped) needs only O(name), as the
+        state file says what runs.
     type: str
     choices: [sglang, vllm, trtllm, transformers, command]
-    required: true
   model:
     description:
       - Model path or hub id. It is the model requests name unless O(served_model_name) is set.
+      - Required with O(state=started) and O(state=restarted).
     type: str
-    required: true
   host:
     description: Address the server listens on. The readiness probe uses C(127.0.0.1) for C(0.0.0.0).
     type: str
@@ -259,6 +260,23 @@ state_file:
   returned: always
   type: str
   sample: /var/lib/inferops/serving/qwen.json
+current:
+  description:
+    - What the state file recorded before this run (the server this run keeps, replaces or stops), null when
+      nothing was recorded. Callers use it to know which variant to restore after a failed switch.
+  returned: always
+  type: dict
+  contains:
+    variant: {description: Its variant label., type: str}
+    fingerprint: {description: Its fingerprint., type: str}
+    url: {description: Its base URL., type: str}
+    pid: {description: Its PID., type: int}
+    engine: {description: Its engine., type: str}
+    model: {description: Its model., type: str}
+    argv: {description: Its argv (API key redacted)., type: list, elements: str}
+    started_at: {description: Start time (seconds since the epoch)., type: float}
+    ready_s: {description: Seconds it took to become ready., type: float}
+    running: {description: Whether its process (or unit) is alive., type: bool}
 healthy:
   description:
     - V(true) when the server answered C(/health) and a 1-token generation in this run. In check mode,
@@ -308,7 +326,7 @@ def validate(p):
     if p["engine"] == "command":
         if not p["command"]:
             errors.append("engine=command needs command: the full argv of a program that serves the OpenAI API")
-    elif p["command"]:
+    elif p["command"] and p["engine"]:
         errors.append("command is only for engine=command (engine is %s); use executable/python and engine_args"
                       % p["engine"])
     for key in ("ready_timeout", "stop_timeout"):
@@ -329,8 +347,8 @@ def main():
         argument_spec=dict(
             name=dict(type="str", required=True),
             state=dict(type="str", default="started", choices=["started", "stopped", "restarted"]),
-            engine=dict(type="str", required=True, choices=list(_engines.ENGINES)),
-            model=dict(type="str", required=True),
+            engine=dict(type="str", choices=list(_engines.ENGINES)),
+            model=dict(type="str"),
             host=dict(type="str", default="127.0.0.1"),
             port=dict(type="int", required=True),
             api_key=dict(type="str", no_log=True),
@@ -348,6 +366,7 @@ def main():
             log_dir=dict(type="path", default="/var/log/inferops"),
             supervisor=dict(type="str", default="auto", choices=list(_supervisor.SUPERVISORS)),
         ),
+        required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],
         supports_check_mode=True,
     )
     p = dict(module.params)

@@ -119,6 +119,8 @@ class RunCollector(object):
             gpu.update(task=task, status=status)
             entry["gpu_checks"].append(gpu)
         elif kind == "server":
+            if status == "ok" and result.get("pid") is None:
+                return None  # a stop, or a plan that would start: no server to record
             server = _pick(result, ("argv", "pid", "url", "fingerprint", "variant", "ready_s", "msg", "log_tail"))
             server.update(task=task, status=status)
             entry["servers"].append(server)

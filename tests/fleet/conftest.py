@@ -74,16 +74,10 @@ class Host(object):
         self.state_dir = os.path.join(base, self.name, "state")
         self.log_dir = os.path.join(base, self.name, "log")
 
-    def record(self):
-        path = os.path.join(self.state_dir, "sv.variant.json")
-        if not os.path.exists(path):
-            return None
-        with open(path) as handle:
-            return json.load(handle)
-
     def variant(self):
-        rec = self.record()
-        return rec["variant"] if rec else None
+        """The variant the host's server state (inference_server's NAME.json) says serves, or None."""
+        srv = self.server()
+        return srv.get("variant") if srv else None
 
     def server(self):
         path = os.path.join(self.state_dir, "sv.json")

@@ -6,7 +6,7 @@
 Every host serves the stand-in engine as `engine: command` variants: v1 (4 ms per token) is what
 serves before each scenario, v2 twice as fast, slow three times slower, flaky crashes on the hosts
 named in crash_on. The hosts' state lives on the shared filesystem, so the tests read each host's
-record directly.
+server state (inference_server's NAME.json: variant, pid) directly.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ State file:
    "invalid_fields": ["remapped_rows.pending"]}
 """
 
-import csv
 import json
 import os
 import sys
@@ -44,6 +43,14 @@ def process_name(pid):
         return "?"
 
 
+class Out(object):
+    """Rows as nvidia-smi writes them: fields separated by ", "."""
+
+    @staticmethod
+    def writerow(row):
+        sys.stdout.write(", ".join(str(v) for v in row) + "\n")
+
+
 def main(argv):
     path = os.environ.get("FAKE_NVIDIA_SMI_STATE")
     state = {"driver": False}
@@ -63,9 +70,10 @@ def main(argv):
             query = arg
         elif arg.startswith("--format="):
             fmt = arg.split("=", 1)[1]
-    if query is None or fmt != "csv,noheader,nounits":
-        sys.stderr.write("fake nvidia-smi only answers --query-*=... --format=csv,noheader,nounits\n")
+    if query is None or fmt not in ("csv,noheader,nounits", "csv,noheader"):
+        sys.stderr.write("fake nvidia-smi only answers --query-*=... --format=csv,noheader[,nounits]\n")
         return 2
+    units = fmt == "csv,noheader"  # the manual check of the scenario reads "0 MiB"
     kind, fields = query[2:].split("=", 1)
     fields = fields.split(",")
     for field in fields:
@@ -75,7 +83,7 @@ def main(argv):
 
     live = [h for h in state.get("holders", []) if alive(int(h["pid"]))]
     by_index = dict((g["index"], g) for g in gpus)
-    out = csv.writer(sys.stdout, lineterminator="\n")
+    out = Out()
     if kind == "query-gpu":
         for gpu in gpus:
             used = gpu.get("memory_used_mib", 0) + sum(h.get("used_mib", 0) for h in live if h["gpu"] == gpu["index"])
@@ -87,6 +95,9 @@ def main(argv):
                 "mig.mode.current": gpu.get("mig_mode", "[N/A]"),
                 "mig.mode.pending": gpu.get("mig_mode_pending", "[N/A]"),
             }
+            if units:
+                for key in ("memory.used", "memory.total"):
+                    values[key] = "%d MiB" % values[key]
             out.writerow([values.get(f, "[N/A]") for f in fields])
     elif kind == "query-compute-apps":
         for holder in live:

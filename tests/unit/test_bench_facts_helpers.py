@@ -289,3 +289,10 @@ def test_bench_summary_rows_for_set_stats():
     assert rows[0]["tpot_ms"] == pytest.approx(10.0) and "time" not in rows[0]
     assert "host" not in bf.bench_summary(bench_result((1,)))[0]
     assert bf.bench_summary({"rc": 0}) == []
+
+
+def test_stops_and_plans_that_would_start_are_not_servers():
+    stop = {"changed": True, "argv": ["x"], "pid": None, "ready_s": None, "fingerprint": "sha256:old", "variant": "a"}
+    plan = {"changed": True, "argv": ["y"], "pid": None, "ready_s": None, "fingerprint": "sha256:new", "variant": "b"}
+    col = collect(("h", "inference_server", stop), ("h", "inference_server", plan), ("h", "inference_server", SERVER))
+    assert [s["fingerprint"] for s in col.hosts["h"]["servers"]] == [SERVER["fingerprint"]]

@@ -15,6 +15,7 @@ options: {}
 
 import json
 import os
+import time
 
 from ansible.plugins.callback import CallbackBase
 
@@ -31,7 +32,7 @@ class CallbackModule(CallbackBase):
             return
         task = result.task
         line = {"host": result.host.get_name(), "task": task.get_name(), "action": task.action,
-                "status": status, "result": result.result}
+                "status": status, "result": result.result, "time": time.time()}
         with open(path, "a") as handle:
             handle.write(json.dumps(line, default=str) + "\n")
 
