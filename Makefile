@@ -45,7 +45,7 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 	rm -rf build/awx-wheel
 	test -f $@ && touch $@
 
-test: setup lint sanity units integration molecule awx ## everything CI runs
+test: setup lint sanity units integration molecule awx test-fleet ## everything CI runs
 
 lint: setup ## ansible-lint, production profile
 	ansible-lint --offline --profile production
@@ -88,7 +88,7 @@ ee: setup ## the execution environment's build context in $(EE_CONTEXT) (see doc
 
 FLEET_HOSTS ?= 4
 test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root)
-	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -p no:cacheprovider tests/fleet
+	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider tests/fleet
 
 freeze: ## re-pin requirements-dev.txt from requirements-dev.in
 	rm -rf build/freeze && $(PYTHON) -m venv build/freeze

@@ -152,22 +152,27 @@ def main():
     args = parser.parse_args()
 
     env = dict(os.environ)
-    results = tempfile.mkdtemp(prefix="inferops-fleet-scale-results-")  # bench_facts files, not in the checkout
+    scratch = tempfile.mkdtemp(prefix="inferops-fleet-scale-")
     env.update({"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-                "INFEROPS_RESULTS_DIR": results})
-    env.update(fake_gpus(tempfile.mkdtemp(prefix="inferops-fleet-scale-gpu-")))
+                # bench_facts (enabled in ansible.cfg) writes there, not into the checkout
+                "INFEROPS_RESULTS_DIR": os.path.join(scratch, "results")})
+    env.update(fake_gpus(scratch))
     print("fleet_scale: playbooks/%s.yml, forks %d, local connections, stand-in engine, %s; %d CPUs"
           % ("switch_variant" if args.playbook == "switch" else "rollout", args.forks,
              "benchmark after each switch" if args.bench else "no benchmark", os.cpu_count()))
     print("| hosts | converge wall s | per host s | no-op re-run wall s | per host s | hosts ok |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     failed = False
-    for size in args.sizes:
-        row = measure(size, args, env)
-        failed = failed or row["rc"] != 0 or row["ok"] != size
-        print("| %d | %.1f | %.2f | %.1f | %.2f | %d/%d |" % (
-            size, row["converge_s"], row["converge_s"] / size, row["noop_s"], row["noop_s"] / size, row["ok"], size))
-        sys.stdout.flush()
+    try:
+        for size in args.sizes:
+            row = measure(size, args, env)
+            failed = failed or row["rc"] != 0 or row["ok"] != size
+            print("| %d | %.1f | %.2f | %.1f | %.2f | %d/%d |" % (
+                size, row["converge_s"], row["converge_s"] / size, row["noop_s"], row["noop_s"] / size, row["ok"], size))
+            sys.stdout.flush()
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
     return 1 if failed else 0
 
 

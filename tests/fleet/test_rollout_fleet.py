@@ -25,6 +25,15 @@ def recap(run, host):
     return run.recap(host)
 
 
+def show(name, run):
+    """Print the run's fleet summary and recap (pytest -rA shows them; make test-fleet passes -rA)."""
+    lines = []
+    for rec in run.results(task="Summarise the fleet"):
+        lines += ["  " + line for line in rec["result"].get("msg") or []]
+    lines += ["  recap " + " ".join(line.split()) for line in run.stdout.splitlines() if " : ok=" in line]
+    print("[%s] rc=%d\n%s" % (name, run.rc, "\n".join(lines)))
+
+
 def engine_pids(fleet):
     return dict((h.name, h.pid()) for h in fleet.hosts)
 
@@ -34,6 +43,7 @@ def test_clean_rollout_reaches_every_host_canary_first_with_drain_hooks(fleet):
     fleet.converge("v1")
     before = engine_pids(fleet)
     run = fleet.rollout("v2", **fleet.hook_vars())
+    show("clean rollout v1 -> v2", run)
     out = flat(run.stdout)
     assert run.rc == 0, run.stdout[-5000:]
     assert all(h.variant() == "v2" and h.engine_alive() for h in fleet.hosts)
@@ -55,6 +65,7 @@ def test_clean_rollout_reaches_every_host_canary_first_with_drain_hooks(fleet):
     assert not os.path.exists("/tmp/inferops-t-shell")
 
     again = fleet.rollout("v2", **fleet.hook_vars())
+    show("again v2 (nothing to do)", again)
     assert again.rc == 0, again.stdout[-4000:]
     assert all(recap(again, h)["changed"] == 0 for h in fleet.names())
     assert len(fleet.hooks()) == len(calls)  # nobody switches, nobody is drained
@@ -67,6 +78,7 @@ def test_variant_crashing_on_one_host_rolls_it_back_and_stops_the_rollout(fleet)
     bad = fleet.hosts[2].name
     later = [h.name for h in fleet.hosts[3:]]
     run = fleet.rollout("flaky", crash_on=[bad], **fleet.hook_vars())
+    show("flaky crashes on %s" % bad, run)
     out = flat(run.stdout)
     assert run.rc != 0
     assert "Variant flaky failed on %s" % bad in out and "ROLLED BACK: the previous variant v1 serves again" in out
@@ -92,6 +104,7 @@ def test_slower_canary_stops_the_rollout_after_the_canary(fleet, policy, canary_
     before = engine_pids(fleet)
     canary = fleet.hosts[0].name
     run = fleet.rollout("slow", rollout_slow_canary=policy)
+    show("slower canary, rollout_slow_canary=%s" % policy, run)
     out = flat(run.stdout)
     assert run.rc != 0
     found = re.search(r"CANARY GATE STOPPED THE ROLLOUT on %s: slow gives ([0-9.]+) tok/s output throughput at "
@@ -117,6 +130,7 @@ def test_host_unreachable_mid_switch_counts_as_failed_and_the_others_converge(fl
     watcher = fleet.unreachable_when(victim, lambda h: (h.server() or {}).get("variant") == "v2")
     run = fleet.rollout("v2", rollout_batches=[1, rest], rollout_max_fail_percentage=budget)
     watcher.join(1)
+    show("%s unreachable mid-switch, batches [1, %d], budget %d%%" % (victim, rest, budget), run)
     out = flat(run.stdout)
     assert watcher.done["downed"], "the victim's link was never taken down"
     assert run.rc != 0
