@@ -28,6 +28,9 @@ def recap(run, host):
 def show(name, run):
     """Print the run's fleet summary and recap (pytest -rA shows them; make test-fleet passes -rA)."""
     lines = []
+    for rec in run.results(task="Say what the gate found"):
+        if rec["result"].get("msg"):
+            lines.append("  " + str(rec["result"]["msg"]))
     for rec in run.results(task="Summarise the fleet"):
         lines += ["  " + line for line in rec["result"].get("msg") or []]
     lines += ["  recap " + " ".join(line.split()) for line in run.stdout.splitlines() if " : ok=" in line]
