@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units integration molecule awx test-fleet ee demo demo-stop bench-switch freeze clean
+.PHONY: help setup test lint sanity units integration molecule awx test-fleet ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -75,6 +75,10 @@ bench-switch: setup ## benchmarks/switch_overhead.py: what a switch and a no-op 
 awx: setup ## AWX as code: awx_configure.yml syntax and arguments, survey vs catalog, ansible-builder create
 	python -m pytest -q tests/awx
 
+FLEET_HOSTS ?= 4
+test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root)
+	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider tests/fleet
+
 # The EE build context for AWX: this collection as a tarball at the path execution-environment.yml
 # names, then `ansible-builder create` (no container runtime needed; build it with podman/docker).
 EE_CONTEXT ?= build/ee/context
@@ -86,9 +90,25 @@ ee: setup ## the execution environment's build context in $(EE_CONTEXT) (see doc
 	test -f $(EE_CONTEXT)/_build/collections/inferops-serving.tar.gz
 	@echo "build it: podman build -t inferops-serving-ee:latest $(EE_CONTEXT)"
 
-FLEET_HOSTS ?= 4
-test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root)
-	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider tests/fleet
+# Benchmarks: not part of `make test`. Run them on a quiet machine (they print its load average).
+PEERS_VENV := build/peers-venv
+AIPERF_VERSION := 0.13.0
+GUIDELLM_VERSION := 0.8.1
+
+bench-accuracy: setup ## our client vs a server of known timing: expected vs measured throughput and TPOT
+	python benchmarks/bench_accuracy.py $(BENCH_ARGS)
+
+bench-peers: setup $(PEERS_VENV)/aiperf/bin/aiperf $(PEERS_VENV)/guidellm/bin/guidellm ## the same, with AIPerf and GuideLLM beside ours
+	python benchmarks/bench_accuracy.py --peers --peers-venv $(PEERS_VENV) $(BENCH_ARGS)
+
+# each peer in its own venv: their dependency pins conflict
+$(PEERS_VENV)/aiperf/bin/aiperf:
+	rm -rf $(PEERS_VENV)/aiperf && $(PYTHON) -m venv $(PEERS_VENV)/aiperf
+	$(PEERS_VENV)/aiperf/bin/pip install -q --disable-pip-version-check aiperf==$(AIPERF_VERSION)
+
+$(PEERS_VENV)/guidellm/bin/guidellm:
+	rm -rf $(PEERS_VENV)/guidellm && $(PYTHON) -m venv $(PEERS_VENV)/guidellm
+	$(PEERS_VENV)/guidellm/bin/pip install -q --disable-pip-version-check guidellm==$(GUIDELLM_VERSION)
 
 freeze: ## re-pin requirements-dev.txt from requirements-dev.in
 	rm -rf build/freeze && $(PYTHON) -m venv build/freeze

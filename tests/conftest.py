@@ -1,16 +1,19 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Shared fixtures: real ansible-playbook runs, free ports, the fake nvidia-smi, GPU holders."""
+"""Shared fixtures: real ansible-playbook runs, free ports, the fake nvidia-smi, GPU holders, the tiny
+model and a real `transformers serve` engine running it."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -122,6 +125,52 @@ def tiny_model():
 @pytest.fixture
 def port():
     return free_port()
+
+
+MODEL_DIR = os.path.join(ROOT, "build", "tiny-model")
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """The tiny random Qwen3 (tools/build_tiny_model.py: local, no download, idempotent); its path."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "build_tiny_model.py"), "--out", MODEL_DIR],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def transformers_engine(tiny_model, tmp_path_factory):
+    """`transformers serve` with the tiny model on CPU, on a free port, for the session: (url, model id)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("transformers-engine") / "engine.log"
+    argv = [os.path.join(BIN, "transformers"), "serve", tiny_model, "--host", "127.0.0.1", "--port", str(port),
+            "--device", "cpu"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = "http://127.0.0.1:%d" % port
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("transformers serve exited with %s:\n%s" % (proc.returncode, log.read_text()[-3000:]))
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=5) as resp:
+                    models = [m["id"] for m in json.loads(resp.read())["data"]]
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("transformers serve not ready in 300 s:\n%s" % log.read_text()[-3000:])
+                time.sleep(0.5)
+        yield url, models[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 class FakeGpus(object):

@@ -85,6 +85,7 @@ class Bench(object):
         self.path = _stream.api_path(api)
         self._index = 0
         self.metrics_errors = []
+        self.clock = _stream.monotonic  # run() sets the arrival clock of its event loop
 
     def _body(self):
         self._index += 1
@@ -105,20 +106,22 @@ class Bench(object):
         return _metrics.parse_prometheus(text)
 
     async def level(self, concurrency, requests, warmup):
-        conns = [_stream.Connection(self.target, self.api_key) for dummy in range(concurrency)]
+        conns = [_stream.Connection(self.target, self.api_key, clock=self.clock) for dummy in range(concurrency)]
         try:
             # connect and warm up every worker; all measured requests start after this barrier
             await asyncio.gather(*(self._warm(c, warmup) for c in conns))
             before = self.scrape()
             records = []
-            remaining = [requests]
+            # bodies are built before the barrier, so that starting a request is only a write
+            bodies = [self._body() for dummy in range(requests)]
+            bodies.reverse()
             probe = LagProbe()
             gc_was = gc.isenabled()
             gc.collect()
             gc.disable()
             probe.start()
             try:
-                await asyncio.gather(*(self._worker(c, remaining, records) for c in conns))
+                await asyncio.gather(*(self._worker(c, bodies, records) for c in conns))
             finally:
                 lag = await probe.stop()
                 if gc_was:
@@ -147,10 +150,9 @@ class Bench(object):
             except _stream.RequestError:
                 pass  # the measured requests report it
 
-    async def _worker(self, conn, remaining, records):
-        while remaining[0] > 0:
-            remaining[0] -= 1
-            records.append(await conn.post(self.path, self._body(), self.timeout))
+    async def _worker(self, conn, bodies, records):
+        while bodies:
+            records.append(await conn.post(self.path, bodies.pop(), self.timeout))
 
     async def run(self, levels):
         """levels: [(concurrency, requests, warmup)] -> (results, client)."""
@@ -175,11 +177,23 @@ class Bench(object):
             info["warnings"].append("the client's event loop lagged up to %.1f ms (p99) behind schedule: "
                                     "its timestamps may be late by as much; run the client on a less loaded "
                                     "host or lower the concurrency" % worst)
+        no_text = sum(r.get("no_text") or 0 for r in results)
+        if no_text:
+            info["warnings"].append("%d request(s) completed with tokens (per usage) that decoded to no text, so they "
+                                    "have no latencies: their tokens count in the throughputs, they are missing from "
+                                    "the ttft/tpot/e2e distributions (see each level's no_text)" % no_text)
         if self.metrics_errors:
             info["warnings"].append("metrics_url could not be read: %s" % self.metrics_errors[0])
         return info
 
 
 def run(bench, levels):
-    """Run the levels on a fresh event loop (Python 3.7+)."""
-    return asyncio.run(bench.run(levels))
+    """Run the levels on a fresh event loop whose selector stamps each read's arrival (Python 3.7+)."""
+    loop, bench.clock = _stream.new_event_loop()
+    try:
+        return loop.run_until_complete(bench.run(levels))
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()

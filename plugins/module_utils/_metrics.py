@@ -49,18 +49,23 @@ def request_timings(rec):
     else:
         n_out, source = rec.n_events, "content_events"
     n_first = rec.n_first if rec.chunk_usage else 1
+    n_in = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+    if rec.t_first is None:
+        # completed, but its tokens decoded to no text (usage says how many): no latencies to measure
+        return {"n_out": n_out, "token_source": source, "n_in": n_in, "ttft": None, "e2e": None, "tpot": None,
+                "decode_tps": None, "e2e_tps": None, "tokens_per_chunk": None, "no_text": True}
     ttft = rec.t_first - rec.t_send
     e2e = rec.t_last - rec.t_send
     tpot = None
     if n_out > n_first and rec.n_events > 1 and rec.t_last > rec.t_first:
         tpot = (rec.t_last - rec.t_first) / float(n_out - n_first)
     return {
-        "n_out": n_out, "token_source": source,
-        "n_in": usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None,
+        "n_out": n_out, "token_source": source, "n_in": n_in,
         "ttft": ttft, "e2e": e2e, "tpot": tpot,
         "decode_tps": (1.0 / tpot) if tpot else None,
         "e2e_tps": (n_out / e2e) if e2e > 0 else None,
         "tokens_per_chunk": (float(n_out) / rec.n_events) if rec.n_events else None,
+        "no_text": False,
     }
 
 
@@ -68,6 +73,8 @@ def meets_slo(timing, slo):
     """Whether a completed request meets every SLO target given (milliseconds)."""
     if not slo:
         return True
+    if timing.get("no_text"):
+        return False  # nothing shows it met any target
     if slo.get("ttft_ms") is not None and timing["ttft"] * 1000.0 > slo["ttft_ms"]:
         return False
     if slo.get("e2e_ms") is not None and timing["e2e"] * 1000.0 > slo["e2e_ms"]:
@@ -90,8 +97,8 @@ def _token_source(sources):
 
 def aggregate(records, concurrency, output_tokens=None, ignore_eos=False, slo=None, labels=None):
     """One level's result dict from its StreamRecords (completed and failed)."""
-    done = [r for r in records if r.error_kind is None and r.t_first is not None]
-    failed = [r for r in records if not (r.error_kind is None and r.t_first is not None)]
+    done = [r for r in records if r.error_kind is None]
+    failed = [r for r in records if r.error_kind is not None]
     errors = {}
     samples = {}
     for r in failed:
@@ -102,7 +109,7 @@ def aggregate(records, concurrency, output_tokens=None, ignore_eos=False, slo=No
     sends = [r.t_send for r in records if r.t_send is not None]
     window = None
     if done and sends:
-        window = max(r.t_last for r in done) - min(sends)
+        window = max(r.t_end if r.t_last is None else r.t_last for r in done) - min(sends)
     elif sends:
         window = max(r.t_end for r in records if r.t_end is not None) - min(sends)
     n_out = sum(t["n_out"] for t in timings)
@@ -141,6 +148,7 @@ def aggregate(records, concurrency, output_tokens=None, ignore_eos=False, slo=No
         "input_tokens_per_request": distribution(n_in),
         "token_source": _token_source([t["token_source"] for t in timings]),
         "length_mismatch": mismatch,
+        "no_text": sum(1 for t in timings if t["no_text"]),
         "labels": dict(labels or {}),
     }
 

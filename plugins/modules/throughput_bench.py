@@ -243,6 +243,14 @@ results:
       description: Completed requests whose output length differs from O(output_tokens) under O(ignore_eos).
       type: int
       sample: 0
+    no_text:
+      description:
+        - Completed requests whose tokens (counted by the server's usage) decoded to no text at all, special
+          tokens for example. Their tokens count in the throughputs; having no arrival time of any text,
+          they are left out of the latency distributions (whose C(count) shows it) and never meet an O(slo).
+        - A stream with neither text nor usage is a failure of kind C(no_content).
+      type: int
+      sample: 0
     acceptance_length:
       description: Speculative-decoding acceptance length over this level, or null when no counters are available.
       type: float
@@ -363,9 +371,12 @@ def main():
     empty = [r for r in results if r["completed"] == 0]
     if empty:
         r = empty[0]
-        module.fail_json(msg="no request completed at concurrency %d against %s: %s" % (
+        msg = "no request completed at concurrency %d against %s: %s" % (
             r["concurrency"], p["url"], "; ".join("%s x%d: %s" % (k, n, r["error_samples"].get(k))
-                                                  for k, n in sorted(r["errors"].items()))), **out)
+                                                  for k, n in sorted(r["errors"].items())))
+        if p["ignore_eos"] and any("ignore_eos" in str(v) or "min_tokens" in str(v) for v in r["error_samples"].values()):
+            msg += " (this server rejects ignore_eos/min_tokens: set ignore_eos to false)"
+        module.fail_json(msg=msg, **out)
     out["msg"] = "; ".join(_summary(r) for r in results)
     if any(r["failed"] for r in results):
         out["msg"] += " (FAILED requests: %s)" % ", ".join("c=%d %s" % (r["concurrency"], r["errors"])

@@ -167,17 +167,17 @@ def test_default_results_dir_is_beside_the_playbook(run_playbook, tmp_path):
 
 
 # ---- the real benchmark module against the timing-exact stand-in server ---------------------
-# Enabled once plugins/modules/throughput_bench.py (issue 3/4) and the stand-in server are merged.
-# To enable: name the stand-in's module in STANDIN_MODULES and adapt _launch() to its API, and make
-# BENCH_ARGS match throughput_bench's argument spec.
+# tests/support/stream_server.py (issue 4): first chunk TTFT after the request, then one chunk of k
+# tokens every step ms; its own process, so its event loop is not the client's.
 
 THROUGHPUT_BENCH = os.path.join(ROOT, "plugins", "modules", "throughput_bench.py")
-STANDIN_MODULES = ("standin_server", "stand_in_server", "openai_standin", "timing_server")
-BENCH_ARGS = {"concurrency": [1, 4], "requests_per_level": 8, "max_tokens": 64, "ignore_eos": True}
+STANDIN_MODULES = ("stream_server",)
+BENCH_ARGS = {"concurrency": [1, 4], "requests_per_level": 4, "output_tokens": 32, "input_tokens": 32,
+              "ignore_eos": True}
 
 
 def _launch(module, port, step_ms, ttft_ms, k):
-    """Start the stand-in as its own process (own event loop): python -m <module> --port ..."""
+    """Start the stand-in as its own process (own event loop): python tests/support/<module>.py --port ..."""
     argv = [sys.executable, os.path.join(SUPPORT, module.replace(".", os.sep) + ".py"), "--port", str(port),
             "--step-ms", str(step_ms), "--ttft-ms", str(ttft_ms), "--k", str(k)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

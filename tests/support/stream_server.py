@@ -4,7 +4,8 @@
 """A timing-exact stand-in for an OpenAI-compatible streaming server (standard library only).
 
 Run it in its own process (python tests/support/stream_server.py --port P ...). Each streamed
-request gets its first content chunk TTFT after admission, then one chunk every STEP ms carrying K
+request gets its first content chunk TTFT after its arrival (the moment the loop's select() saw it
+readable) or, when it had to wait for a decode slot, after admission, then one chunk every STEP ms carrying K
 tokens, until max_tokens. Chunks are scheduled on absolute deadlines, so a late wake-up does not
 shift the ones after it. At most B requests decode at once (--batch-cap); the others wait.
 
@@ -15,15 +16,21 @@ Edge cases, each a flag: a role-only first chunk, a usage-only last chunk (on ti
 the last content chunk, or none), [DONE] or not, multi-byte UTF-8 tokens split across writes,
 chunked transfer encoding or close-delimited bodies, dropped connections, vLLM spec-decode counters
 on /metrics and SGLang-style meta_info. GET /stats reports how late the server's own writes were
-(?reset=1 clears it), so a benchmark can tell server drift from client error.
+(?reset=1 clears it; ?trace=1 adds every stream's arrival, admission and first and last writes on
+the system monotonic clock), so a benchmark can tell server drift from client error.
+
+Requests are parsed in the connection's data_received and chunks written from timer callbacks, no
+coroutine per request: admitting 128 requests at once takes a few milliseconds, not tens.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import math
+import selectors
 import socket
 import sys
 import time
@@ -45,6 +52,7 @@ class Stats(object):
         self.late = []
         self.requests = 0
         self.max_active = 0
+        self.trace = []  # per stream: [t_arrival, t_admitted, t_first_write, t_last_write, tokens, chunks, tag]
 
     def summary(self):
         late = sorted(self.late)
@@ -54,95 +62,69 @@ class Stats(object):
                 "late_ms": {"mean": (sum(late) / n * 1000.0) if n else None, "p50": pct(0.5),
                             "p99": pct(0.99), "max": (late[-1] * 1000.0) if n else None}}
 
+    def traces(self):
+        """Per stream, on the system-wide monotonic clock (the same clock as the client's
+        time.monotonic()): when the head arrived, when it was admitted, when its first and last
+        content chunks were written, its tokens and chunks, and the prompt's first word (a tag a
+        client can use to match its own records)."""
+        keys = ("t_arrival", "t_admitted", "t_first_write", "t_last_write", "tokens", "chunks", "tag")
+        return [dict(zip(keys, row)) for row in self.trace]
+
 
 class Server(object):
-    def __init__(self, cfg):
+    """The server's state and its routes; connections are _Conn protocols that call handle()."""
+
+    def __init__(self, cfg, loop, arrived=None):
         self.cfg = cfg
+        self.loop = loop
+        self.arrived = arrived or loop.time  # when the read that completed a request became ready
         self.stats = Stats()
-        self.sem = asyncio.Semaphore(cfg.batch_cap) if cfg.batch_cap > 0 else None
         self.active = 0
+        self.waiting = collections.deque()  # streams waiting for a decode slot (--batch-cap)
         self.counter = 0
         # spec-decode counters with a since-start history that must not leak into a run's figure
         self.drafts = 1000
         self.draft_tokens = 1000 * max(1, cfg.spec_tokens)
         self.accepted = 250
 
-    # ------------------------------------------------------------------ HTTP plumbing
-    async def handle(self, reader, writer):
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                t_arrival = asyncio.get_running_loop().time()
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _version = lines[0].split(" ", 2)
-                headers = {}
-                for line in lines[1:]:
-                    if ":" in line:
-                        key, value = line.split(":", 1)
-                        headers[key.strip().lower()] = value.strip()
-                body = b""
-                if "content-length" in headers:
-                    body = await reader.readexactly(int(headers["content-length"]))
-                keep = await self.route(method, target, headers, body, writer, t_arrival)
-                if not keep:
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return
-        finally:
-            try:
-                writer.close()
-            except Exception:  # pylint: disable=broad-except
-                pass
-
-    def respond(self, writer, status, obj, ctype="application/json"):
-        body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "X")
-        writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
-                     % (status, reason.encode(), ctype.encode(), len(body)) + body)
-        return True
-
-    async def route(self, method, target, headers, body, writer, t_arrival):
+    # ------------------------------------------------------------------ routes
+    def handle(self, conn, method, target, headers, body, t_arrival):
         cfg = self.cfg
         path, dummy, query = target.partition("?")
         if path == "/health":
-            return self.respond(writer, 200, {"status": "ok"})
+            return conn.respond(200, {"status": "ok"})
         if path == "/stats":
             out = self.stats.summary()
+            if "trace=1" in query:
+                out["trace"] = self.stats.traces()
             if "reset=1" in query:
                 self.stats.reset()
-            return self.respond(writer, 200, out)
+            return conn.respond(200, out)
         if path == "/metrics" and cfg.metrics:
             text = ("# TYPE vllm:spec_decode_num_drafts_total counter\n"
                     'vllm:spec_decode_num_drafts_total{engine="0",model_name="%s"} %d\n'
                     'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="%s"} %d\n'
                     'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="%s"} %d\n'
                     % (cfg.models[0], self.drafts, cfg.models[0], self.draft_tokens, cfg.models[0], self.accepted))
-            return self.respond(writer, 200, text.encode(), "text/plain; version=0.0.4")
+            return conn.respond(200, text.encode(), "text/plain; version=0.0.4")
         if cfg.api_key and headers.get("authorization") != "Bearer " + cfg.api_key:
-            return self.respond(writer, 401, {"error": {"message": "invalid api key"}})
+            return conn.respond(401, {"error": {"message": "invalid api key"}})
         if path == "/v1/models" and method == "GET":
-            return self.respond(writer, 200, {"object": "list", "data": [
+            return conn.respond(200, {"object": "list", "data": [
                 {"id": m, "object": "model", "owned_by": "stand-in"} for m in cfg.models]})
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
                 req = json.loads(body)
             except ValueError:
-                return self.respond(writer, 400, {"error": {"message": "body is not JSON"}})
+                return conn.respond(400, {"error": {"message": "body is not JSON"}})
             if req.get("model") not in cfg.models:
-                return self.respond(writer, 404, {"error": {"message": "The model `%s` does not exist." % req.get("model")}})
-            return await self.generate(path.endswith("chat/completions"), req, writer, t_arrival)
-        return self.respond(writer, 404, {"error": {"message": "no route %s %s" % (method, path)}})
+                return conn.respond(404, {"error": {"message": "The model `%s` does not exist." % req.get("model")}})
+            return self.generate(conn, path.endswith("chat/completions"), req, t_arrival)
+        return conn.respond(404, {"error": {"message": "no route %s %s" % (method, path)}})
 
     # ------------------------------------------------------------------ generation
-    async def generate(self, chat, req, writer, t_arrival):
+    def generate(self, conn, chat, req, t_arrival):
         cfg = self.cfg
-        loop = asyncio.get_running_loop()
         self.counter += 1
         self.stats.requests += 1
         drop = cfg.drop_every > 0 and self.counter % cfg.drop_every == 0
@@ -158,6 +140,17 @@ class Server(object):
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         obj_name = "chat.completion.chunk" if chat else "text_completion"
         base = {"id": "cmpl-%d" % self.counter, "object": obj_name, "created": int(time.time()), "model": req["model"]}
+        chunks = int(math.ceil(n / float(cfg.k)))
+
+        if not req.get("stream"):
+            text = "".join(self.token(i) for i in range(n))
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": "length"}
+            self.loop.call_later(cfg.ttft + max(0, chunks - 1) * cfg.step, conn.respond, 200,
+                                 dict(base, choices=[choice], usage=usage))
+            return True
 
         def frame(text=None, role=False, finish=None, usage_obj=None, choices=True, extra=None):
             obj = dict(base)
@@ -176,85 +169,219 @@ class Server(object):
                 obj.update(extra)
             return ("data: " + json.dumps(obj, ensure_ascii=False) + "\n\n").encode("utf-8")
 
-        if not req.get("stream"):
-            text = "".join(self.token(i) for i in range(n))
-            await asyncio.sleep(cfg.ttft + max(0, math.ceil(n / float(cfg.k)) - 1) * cfg.step)
-            if chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-            else:
-                choice = {"index": 0, "text": text, "finish_reason": "length"}
-            return self.respond(writer, 200, dict(base, choices=[choice], usage=usage))
-
         chunked = cfg.transfer == "chunked"
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"
-        writer.write(head)
 
-        def send(data):
+        def framed(data):
+            """The writes of one SSE frame: HTTP-chunked unless close-delimited."""
             if not chunked:
-                writer.write(data)
-            elif cfg.utf8 and len(data) > 8:
+                return [data]
+            if cfg.utf8 and len(data) > 8:
                 # split the frame inside a multi-byte character when there is one, in two HTTP chunks
                 cut = next((i for i in range(len(data)) if data[i] >= 0xC0), len(data) // 2) + 1
-                writer.write(b"%x\r\n%s\r\n" % (cut, data[:cut]))
-                writer.write(b"%x\r\n%s\r\n" % (len(data) - cut, data[cut:]))
-            else:
-                writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                return [b"%x\r\n%s\r\n" % (cut, data[:cut]), b"%x\r\n%s\r\n" % (len(data) - cut, data[cut:])]
+            return [b"%x\r\n%s\r\n" % (len(data), data)]
 
-        if self.sem is not None:
-            await self.sem.acquire()
-        self.active += 1
-        self.stats.max_active = max(self.stats.max_active, self.active)
-        try:
-            t0 = loop.time()
-            if cfg.role_chunk:
-                send(frame(role=True))
-            chunks = int(math.ceil(n / float(cfg.k)))
-            sent = 0
-            for i in range(chunks):
-                deadline = t0 + cfg.ttft + i * cfg.step
-                delay = deadline - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                self.stats.late.append(max(0.0, loop.time() - deadline))
-                if drop and i == 3:
-                    writer.transport.abort()
-                    return False
-                m = min(cfg.k, n - sent)
-                text = "".join(self.token(sent + j) for j in range(m))
-                sent += m
-                last = i == chunks - 1
-                inline = usage if (include_usage and cfg.usage == "inline" and last) else None
-                send(frame(text=text, finish=("length" if n == req.get("max_tokens") else "stop") if last else None,
-                           usage_obj=inline))
-                if cfg.metrics and i > 0:
-                    self.drafts += 1
-                    self.draft_tokens += cfg.spec_tokens
-                    self.accepted += cfg.k - 1
-                if writer.transport.get_write_buffer_size() > 65536:
-                    await writer.drain()
-            extra = None
-            if cfg.meta_info:
-                extra = {"meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, chunks)}}
-            if include_usage and cfg.usage in ("last", "late"):
-                if cfg.usage == "late":
-                    await asyncio.sleep(cfg.late_usage)
-                send(frame(choices=False, usage_obj=usage, extra=extra))
-            elif extra:
-                send(frame(choices=False, extra=extra))
-            if cfg.done:
-                send(b"data: [DONE]\n\n")
-            if chunked:
-                writer.write(b"0\r\n\r\n")
-            await writer.drain()
-            return chunked
-        finally:
-            self.active -= 1
-            if self.sem is not None:
-                self.sem.release()
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"
+        extra = None
+        if cfg.meta_info:
+            extra = {"meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, chunks)}}
+        tail = []  # after the last content chunk: usage, meta_info, [DONE], the last HTTP chunk
+        if include_usage and cfg.usage in ("last", "late"):
+            tail.append(frame(choices=False, usage_obj=usage, extra=extra))
+        elif extra:
+            tail.append(frame(choices=False, extra=extra))
+        if cfg.done:
+            tail.append(b"data: [DONE]\n\n")
+        tail = [part for data in tail for part in framed(data)]
+        if chunked:
+            tail.append(b"0\r\n\r\n")
+        stream = _Stream(self, conn, n, chunks, drop, frame, framed, head, tail,
+                         usage if (include_usage and cfg.usage == "inline") else None,
+                         "length" if n == req.get("max_tokens") else "stop", keep=chunked,
+                         late=include_usage and cfg.usage == "late", trace=[t_arrival, None, None, None, n, chunks, prompt.split(" ", 1)[0][:32]])
+        if cfg.batch_cap > 0 and self.active >= cfg.batch_cap:
+            self.waiting.append(stream)
+        else:
+            stream.start(t_arrival)  # TTFT counts from the request's arrival
+        return True
+
+    def finished(self):
+        self.active -= 1
+        while self.waiting and self.active < max(1, self.cfg.batch_cap):
+            stream = self.waiting.popleft()
+            if not stream.conn.closed:
+                stream.start()
 
     def token(self, i):
         return UTF8_TOKENS[i % len(UTF8_TOKENS)] if self.cfg.utf8 else ASCII_TOKEN
+
+
+class _Stream(object):
+    """One streamed response: the content chunks on absolute deadlines t0 + ttft + i * step.
+
+    Each chunk is one timer callback and one write of bytes rendered once per distinct chunk, so the
+    server's own event loop stays on schedule with hundreds of streams on a small machine (a
+    coroutine per stream sleeping and re-encoding JSON per chunk ran tens of ms late at 128).
+    """
+
+    def __init__(self, server, conn, n, chunks, drop, frame, framed, head, tail, inline_usage, finish, keep, late,
+                 trace):
+        self.server, self.conn, self.n, self.chunks, self.drop = server, conn, n, chunks, drop
+        self.frame, self.framed, self.head, self.tail = frame, framed, head, tail
+        self.inline_usage, self.finish, self.keep, self.late, self.trace = inline_usage, finish, keep, late, trace
+        self.cache = {}
+        self.i = 0
+        self.sent = 0
+        self.t0 = None
+
+    def start(self, t0=None):
+        """Decode from t0 (the arrival; a queued stream starts when it gets its slot)."""
+        server = self.server
+        server.active += 1
+        server.stats.max_active = max(server.stats.max_active, server.active)
+        loop = server.loop
+        self.t0 = self.trace[1] = t0 if t0 is not None else loop.time()
+        if server.cfg.role_chunk:
+            self.conn.write(self.head + b"".join(self.framed(self.frame(role=True))))
+            self.head = b""
+        # otherwise the response head leaves with the first chunk, in the same send: the moment a
+        # round's 128 requests arrive together is the busiest, and a send each cost ~3 ms of it
+        loop.call_at(self.t0 + server.cfg.ttft, self.tick)
+
+    def tick(self):
+        server, cfg, conn = self.server, self.server.cfg, self.conn
+        i, sent = self.i, self.sent
+        deadline = self.t0 + cfg.ttft + i * cfg.step
+        now = server.loop.time()
+        server.stats.late.append(now - deadline if now > deadline else 0.0)
+        if conn.closed:
+            server.finished()
+            return
+        if self.drop and i == 3:
+            conn.abort()
+            server.finished()
+            return
+        m = min(cfg.k, self.n - sent)
+        last = i == self.chunks - 1
+        key = (sent % len(UTF8_TOKENS) if cfg.utf8 else 0, m, last)
+        parts = self.cache.get(key)
+        if parts is None:
+            text = "".join(server.token(sent + j) for j in range(m))
+            parts = self.cache[key] = self.framed(self.frame(text=text, finish=self.finish if last else None,
+                                                             usage_obj=self.inline_usage if last else None))
+        if last and not self.late and not cfg.utf8:
+            # one write (one send) for the last chunk and the tail: at the end of a round 128 streams
+            # finish together, and four sends each held the next round's requests back ~20 ms
+            parts = parts[:-1] + [parts[-1] + b"".join(self.tail)]
+            self.tail = []
+        if self.head:
+            parts = [self.head + parts[0]] + parts[1:]
+            self.head = b""
+        for part in parts:
+            conn.write(part)
+        self.trace[3] = server.loop.time()
+        if i == 0:
+            self.trace[2] = self.trace[3]
+        if cfg.metrics and i > 0:
+            server.drafts += 1
+            server.draft_tokens += cfg.spec_tokens
+            server.accepted += cfg.k - 1
+        self.i, self.sent = i + 1, sent + m
+        if not last:
+            server.loop.call_at(self.t0 + cfg.ttft + (i + 1) * cfg.step, self.tick)
+            return
+        server.stats.trace.append(self.trace)
+        if self.late:
+            # the usage chunk (and what follows it) comes late; the content is over
+            server.loop.call_later(cfg.late_usage, self.end)
+        else:
+            # the tail leaves with the last content chunk, as a real server's usage chunk does
+            self.end()
+        server.finished()
+
+    def end(self):
+        for part in self.tail:
+            self.conn.write(part)
+        self.conn.done(self.keep)
+
+
+class _Conn(asyncio.Protocol):
+    """One client connection: parses requests from its reads (arrival stamped on the read that
+    completes a request), one at a time; keep-alive unless the response is close-delimited."""
+
+    def __init__(self, server):
+        self.server = server
+        self.transport = None
+        self.buf = b""
+        self.busy = False
+        self.closed = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc):
+        self.closed = True
+
+    def data_received(self, data):
+        t_arrival = self.server.arrived()
+        self.buf += data
+        self.next_request(t_arrival)
+
+    def next_request(self, t_arrival=None):
+        if self.busy or self.closed:
+            return
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        lines = self.buf[:end].decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            key, sep, value = line.partition(":")
+            if sep:
+                headers[key.strip().lower()] = value.strip()
+        length = int(headers.get("content-length") or 0)
+        if len(self.buf) < end + 4 + length:
+            return  # the body is still coming
+        body = self.buf[end + 4:end + 4 + length]
+        self.buf = self.buf[end + 4 + length:]
+        try:
+            method, target, dummy = lines[0].split(" ", 2)
+        except ValueError:
+            self.respond(400, {"error": {"message": "bad request line"}})
+            return
+        self.busy = True
+        self.server.handle(self, method, target, headers, body,
+                           t_arrival if t_arrival is not None else self.server.loop.time())
+
+    def write(self, data):
+        if not self.closed:
+            self.transport.write(data)
+
+    def abort(self):
+        self.closed = True
+        self.transport.abort()
+
+    def respond(self, status, obj, ctype="application/json"):
+        body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "X")
+        self.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+                   % (status, reason.encode(), ctype.encode(), len(body)) + body)
+        self.done(True)
+        return True
+
+    def done(self, keep):
+        """The response is complete: serve the next request on this connection, or close it."""
+        self.busy = False
+        if not keep:
+            self.closed = True
+            self.transport.close()
+            return
+        if self.buf:
+            self.next_request()
 
 
 def parse_args(argv=None):
@@ -287,9 +414,22 @@ def parse_args(argv=None):
                   metrics=args.metrics, spec_tokens=args.spec_tokens, meta_info=args.meta_info)
 
 
-async def serve(cfg):
-    server = Server(cfg)
-    srv = await asyncio.start_server(server.handle, cfg.host, cfg.port, backlog=1024)
+class StampingSelector(selectors.DefaultSelector):
+    """Notes when each select() returned: every read of that loop turn was ready by then, so a
+    request's arrival is stamped there, not when its callback's turn came in a busy loop turn."""
+
+    last = 0.0
+
+    def select(self, timeout=None):
+        events = super(StampingSelector, self).select(timeout)
+        self.last = time.monotonic()
+        return events
+
+
+async def serve(cfg, selector=None):
+    loop = asyncio.get_running_loop()
+    server = Server(cfg, loop, (lambda: selector.last) if selector is not None else None)
+    srv = await loop.create_server(lambda: _Conn(server), cfg.host, cfg.port, backlog=1024)
     sys.stdout.write("listening on %s:%d\n" % (cfg.host, cfg.port))
     sys.stdout.flush()
     async with srv:
@@ -299,7 +439,9 @@ async def serve(cfg):
 def main(argv=None):
     cfg = parse_args(argv)
     try:
-        asyncio.run(serve(cfg))
+        selector = StampingSelector()
+        loop = asyncio.SelectorEventLoop(selector)
+        loop.run_until_complete(serve(cfg, selector))
     except KeyboardInterrupt:
         pass
 

@@ -80,6 +80,19 @@ def test_meets_slo_each_target():
     assert m.meets_slo(t, {"ttft_ms": 60, "tpot_ms": 11, "e2e_ms": 2500})
     assert not m.meets_slo(t, {"tpot_ms": 9})
     assert not m.meets_slo(t, {"e2e_ms": 1999})
+    assert not m.meets_slo(dict(t, no_text=True), {"e2e_ms": 9999})
+
+
+def test_completed_without_text_counts_tokens_not_latencies():
+    """A stream whose tokens all decode to no text (usage says 8): completed, in the throughput, not in
+    the latency distributions; the window ends when it ended."""
+    empty = rec(0.0, None, None, n_out=8, n_events=0)
+    empty.t_end = 4.0
+    out = m.aggregate([rec(0.0, 0.05, 2.6), empty], 2, output_tokens=8, ignore_eos=False, slo={"e2e_ms": 9000})
+    assert out["completed"] == 2 and out["failed"] == 0 and out["no_text"] == 1
+    assert out["output_tokens"] == 256 + 8 and out["duration_s"] == 4.0
+    assert out["ttft_ms"]["count"] == 1 and out["e2e_ms"]["count"] == 1 and out["tokens_per_chunk"]["count"] == 1
+    assert out["slo_met"] == 1
 
 
 PROM = """# HELP vllm:spec_decode_num_drafts_total x
