@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units integration molecule awx ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
+.PHONY: help setup test lint sanity units integration molecule awx test-fleet ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -45,7 +45,7 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 	rm -rf build/awx-wheel
 	test -f $@ && touch $@
 
-test: setup lint sanity units integration molecule awx ## everything CI runs
+test: setup lint sanity units integration molecule awx test-fleet ## everything CI runs
 
 lint: setup ## ansible-lint, production profile
 	ansible-lint --offline --profile production
@@ -74,6 +74,10 @@ bench-switch: setup ## benchmarks/switch_overhead.py: what a switch and a no-op 
 	python benchmarks/switch_overhead.py
 awx: setup ## AWX as code: awx_configure.yml syntax and arguments, survey vs catalog, ansible-builder create
 	python -m pytest -q tests/awx
+
+FLEET_HOSTS ?= 4
+test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root)
+	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider tests/fleet
 
 # The EE build context for AWX: this collection as a tarball at the path execution-environment.yml
 # names, then `ansible-builder create` (no container runtime needed; build it with podman/docker).
