@@ -116,14 +116,6 @@ def run_playbook(ansible_env, tmp_path):
     return run
 
 
-@pytest.fixture(scope="session")
-def tiny_model():
-    """The tiny transformers model of tools/build_tiny_model.py in build/tiny-model (built once)."""
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "build_tiny_model.py"), "--out",
-                          os.path.join(ROOT, "build", "tiny-model")], capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
-
-
 @pytest.fixture
 def port():
     return free_port()

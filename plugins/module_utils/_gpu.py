@@ -239,6 +239,7 @@ class SmiBackend(object):
         self.binary = binary
         self._health = True   # drop the health fields once this nvidia-smi refuses them
         self._remap = True
+        self._first = None    # the full read that indices() took, for the check's first snapshot
 
     def close(self):
         pass
@@ -280,11 +281,20 @@ class SmiBackend(object):
         return [rows for rows, _error in results]
 
     def indices(self):
-        return [int(row[0]) for row in self._query("--query-gpu", ("index",))]
+        """The GPUs present. It takes a whole first snapshot (one round of concurrent calls) that the
+        next snapshot with health reuses, so a check costs no separate round for the list."""
+        self._first = self._read(None, health=True)
+        return [gpu["index"] for gpu in self._first]
 
     def snapshot(self, indices, health=True):
         """health=False reads only memory and processes (two concurrent calls), for fast polling."""
-        wanted = set(indices)
+        first, self._first = self._first, None
+        if first is not None and health:
+            wanted = set(indices)
+            return [gpu for gpu in first if gpu["index"] in wanted]
+        return self._read(set(indices), health)
+
+    def _read(self, wanted, health):
         with_health = health and self._health
         with_remap = health and self._remap
         queries = [("--query-gpu", _SMI_BASE + _SMI_HEALTH if with_health else _SMI_BASE, with_health),
@@ -299,7 +309,7 @@ class SmiBackend(object):
         gpus, by_uuid = [], {}
         for row in gpu_rows:
             index = int(row[0])
-            if index not in wanted:
+            if wanted is not None and index not in wanted:
                 continue
             gpu = new_gpu(index, row[1], row[2], _int(row[3]), _int(row[4]))
             if len(row) >= len(_SMI_BASE) + len(_SMI_HEALTH):
@@ -325,7 +335,7 @@ class SmiBackend(object):
                 continue
             gpu["processes"].append({"pid": int(row[1]), "name": row[2], "used_mib": _int(row[3]),
                                      "type": "compute", "mig_device": None})
-        missing = wanted - set(by_uuid[u]["index"] for u in by_uuid)
+        missing = (wanted or set()) - set(by_uuid[u]["index"] for u in by_uuid)
         if missing:
             raise GpuError("nvidia-smi did not report GPU(s) %s" % ", ".join(str(i) for i in sorted(missing)))
         return gpus

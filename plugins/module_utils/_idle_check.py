@@ -179,3 +179,103 @@ class IdleCheck(object):
                 raise CheckFailed(msg, self._result(gpus, start, name, changed=bool(self.killed)))
             # a fixed cadence: the time the read took counts against the interval
             self.sleep(max(0.0, min(self.poll_interval - (now - began), deadline - now)))
+
+
+# The parameters of a check, as gpu_idle_check takes them and as inference_server's gpu_check takes them.
+ARGUMENT_SPEC = dict(
+    gpus=dict(type="list", elements="int"),
+    backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia_smi"]),
+    max_used_mib=dict(type="int", default=0),
+    timeout=dict(type="float", default=60.0),
+    poll_interval=dict(type="float", default=0.1),
+    reclaim=dict(type="bool", default=False),
+    kill_grace=dict(type="float", default=10.0),
+    reclaim_match=dict(type="list", elements="str"),
+    reclaim_all=dict(type="bool", default=False),
+    protected=dict(type="list", elements="str", default=list(_procs.DEFAULT_PROTECTED)),
+    require_gpus=dict(type="bool", default=True),
+)
+
+
+def validate(p):
+    """Messages for bad check parameters (nothing is touched when there is any)."""
+    errors = []
+    for key in ("timeout", "poll_interval", "kill_grace"):
+        if p[key] <= 0:
+            errors.append("%s must be a positive number of seconds, got %s" % (key, p[key]))
+    if p["max_used_mib"] < 0:
+        errors.append("max_used_mib must be 0 or more, got %d" % p["max_used_mib"])
+    if p["reclaim"] and p["kill_grace"] >= p["timeout"]:
+        errors.append("kill_grace (%s) must be less than timeout (%s), or a holder that ignores "
+                      "SIGTERM is never killed" % (p["kill_grace"], p["timeout"]))
+    if p["gpus"] is not None and any(i < 0 for i in p["gpus"]):
+        errors.append("gpus: indices are 0 or more, got %s" % p["gpus"])
+    if not errors:
+        try:
+            scope(p)
+        except ValueError as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def scope(p):
+    return _procs.Scope(patterns=p["reclaim_match"] if p["reclaim_match"] is not None else _procs.DEFAULT_RECLAIM_MATCH,
+                        reclaim_all=p["reclaim_all"], protected=p["protected"])
+
+
+def _holders(gpus, without=()):
+    return dict(("GPU %d" % g["index"], sorted(p["pid"] for p in g["processes"] if p["pid"] not in without))
+                for g in gpus)
+
+
+def import_pynvml():
+    import pynvml  # pylint: disable=import-error
+    return pynvml
+
+
+def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False):
+    """One whole check with validated parameters p: open the backend, choose the GPUs, poll and
+    reclaim. Returns the result (with changed, msg and diff); raises CheckFailed when not clean.
+    run(argv) -> (rc, out, err) and find_smi() -> path are the module's."""
+    def no_gpus(why):
+        if p["require_gpus"]:
+            raise CheckFailed("no NVIDIA GPU can be seen: %s (set require_gpus=false on hosts without GPUs)" % why,
+                              dict(gpus=[], clean=False, killed=[], backend="none"))
+        return dict(changed=False, clean=True, gpus=[], killed=[], waited_s=0.0, backend="none",
+                    msg="no NVIDIA GPU on this host: %s" % why)
+
+    try:
+        backend = _gpu.open_backend(p["backend"], import_pynvml, run, find_smi)
+    except _gpu.NoDriverError as exc:
+        return no_gpus(exc)
+    except _gpu.GpuError as exc:
+        raise CheckFailed(str(exc), {})
+    try:
+        try:
+            present = backend.indices()
+        except _gpu.NoDriverError as exc:
+            return no_gpus(exc)
+        if not present:
+            return no_gpus("the NVIDIA driver reports no GPUs")
+        indices = present if p["gpus"] is None else sorted(set(p["gpus"]))
+        unknown = sorted(set(indices) - set(present))
+        if unknown:
+            raise CheckFailed("gpus: no GPU with index %s on this host; it has %s"
+                              % (", ".join(map(str, unknown)), ", ".join(map(str, present)) or "none"), {})
+        check = IdleCheck(backend, indices, max_used_mib=p["max_used_mib"], timeout=p["timeout"],
+                          poll_interval=p["poll_interval"], reclaim=p["reclaim"], kill_grace=p["kill_grace"],
+                          scope=scope(p), check_mode=check_mode)
+        try:
+            result = check.run()
+        except _gpu.GpuError as exc:
+            raise CheckFailed(str(exc), {})
+    finally:
+        backend.close()
+
+    if result.get("changed"):
+        after = _holders(result["gpus"], without=result.get("would_kill", ()))
+        result["diff"] = {"before": {"holders": check.first_holders}, "after": {"holders": after}}
+    result["msg"] = "%d GPU(s) clean%s" % (len(result["gpus"]), ", killed %s" % result["killed"] if result["killed"] else "")
+    if check_mode and result.get("would_kill"):
+        result["msg"] = "would signal %s to free the GPUs" % result["would_kill"]
+    return result

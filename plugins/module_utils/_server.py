@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _idle_check, _supervisor
 
 
 class ServerError(RuntimeError):
@@ -38,10 +38,15 @@ def _secrets(params, launch):
             "env": _fingerprint.secret_env(params.get("env"))}
 
 
-def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sleep):
-    """Poll /health then a 1-token generation until ready; fail at once if the engine exits."""
-    start = clock()
+def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sleep, elapsed=0.0, limit=None):
+    """Poll /health then a 1-token generation until ready; fail at once if the engine exits.
+
+    elapsed: seconds the server has loaded already (a resumed wait; ready_timeout counts from its
+    start). limit: seconds this call may wait (None: until ready_timeout). Returns the seconds from
+    start to ready, or None when limit ran out first (the server keeps loading)."""
+    start = clock() - elapsed
     deadline = start + params["ready_timeout"]
+    stop_at = deadline if limit is None else min(deadline, clock() + limit)
     host, port = probe_host(params["host"]), params["port"]
     last = "no answer yet"
     while True:
@@ -58,10 +63,66 @@ def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sle
         if result.state == "refused":
             raise ServerError("%s answers /health but refuses the readiness generation: %s"
                               % (params["name"], result.detail))
-        if clock() >= deadline:
+        now = clock()
+        if now >= deadline:
             raise ServerError("%s was not ready within ready_timeout=%ss; last probe: %s"
                               % (params["name"], params["ready_timeout"], last), timed_out=True)
-        sleep(0.25)
+        if now >= stop_at:
+            return None
+        sleep(min(0.25, max(0.0, stop_at - now)))
+
+
+def _failed_start(sup, record, params, result, exc):
+    """Stop a start that failed (nothing is left running), and the ServerError that says why."""
+    log_tail = _supervisor.tail(sup.log_path, 40, record.get("log_offset", 0))
+    sup.stop(record, params["stop_timeout"])
+    sup.store.clear()
+    if not isinstance(exc, ServerError):
+        exc = ServerError("%s: %s" % (type(exc).__name__, exc))
+    exc.extra.setdefault("log_tail", log_tail)
+    for key, value in result.items():
+        exc.extra.setdefault(key, value)
+    return exc
+
+
+def _await_start(sup, record, launch, params, result, elapsed=0.0):
+    """Wait (up to ready_wait in this call) for a server this module started; record the outcome.
+    A failure stops it. Fills result's ready_s, healthy and loading."""
+    try:
+        ready_s = wait_ready(sup, record, launch, params, elapsed=elapsed, limit=params.get("ready_wait"))
+    except BaseException as exc:
+        raise _failed_start(sup, record, params, result, exc)
+    if ready_s is None:
+        record["loading"] = True
+    else:
+        record.pop("loading", None)
+        record["ready_s"] = ready_s
+    sup.store.save(record)
+    result.update(ready_s=record.get("ready_s"), healthy=ready_s is not None, loading=ready_s is None)
+
+
+def _preview_gpus(verify_gpus, params, result):
+    """Check mode: one read of the GPUs, reported and never failed (the old server still holds them)."""
+    if not params.get("gpu_check"):
+        return
+    check = dict(params["gpu_check"])
+    check["timeout"] = check["poll_interval"]
+    check["kill_grace"] = check["poll_interval"] / 2.0
+    try:
+        result["gpu_check"] = verify_gpus(check, True)
+    except _idle_check.CheckFailed as exc:
+        result["gpu_check"] = dict(exc.result, msg=exc.msg)
+
+
+def _check_gpus(verify_gpus, params, result, what):
+    """gpu_check after the stop (and before the start: a failure starts nothing)."""
+    if not params.get("gpu_check"):
+        return
+    try:
+        result["gpu_check"] = verify_gpus(params["gpu_check"], False)
+    except _idle_check.CheckFailed as exc:
+        result["gpu_check"] = exc.result
+        raise ServerError("GPUs not clean %s: %s" % (what, exc.msg), **result)
 
 
 def _wait_port_free(host, port, timeout=10.0):
@@ -83,8 +144,9 @@ def current_of(record, running):
     return current
 
 
-def reconcile(params, check_mode=False):
-    """Returns (changed, result, diff). Raises ServerError or _engines.EngineError on failure."""
+def reconcile(params, check_mode=False, verify_gpus=None):
+    """Returns (changed, result, diff). Raises ServerError or _engines.EngineError on failure.
+    verify_gpus(check_params, check_mode) runs params["gpu_check"] (_idle_check.verify, bound to the module)."""
     kind = _supervisor.choose(params["supervisor"])
     sup = _supervisor.make(kind, params["name"], params["state_dir"], params["log_dir"], params["stop_timeout"])
     record = sup.store.load()
@@ -95,7 +157,7 @@ def reconcile(params, check_mode=False):
     result = {"argv": None, "fingerprint": None, "variant": params.get("variant"),
               "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
               "engine_version": None, "supervisor": kind, "log": sup.log_path, "state_file": sup.store.path,
-              "healthy": None, "current": current_of(record, running)}
+              "healthy": None, "loading": False, "current": current_of(record, running)}
 
     if params["state"] == "stopped":  # needs no engine or model: the state file says what runs
         strays = sup.carriers()
@@ -112,6 +174,8 @@ def reconcile(params, check_mode=False):
             if kind == "systemd":
                 sup.remove()
             sup.store.clear()
+        if not check_mode:
+            _check_gpus(verify_gpus, params, result, "after stopping %s" % params["name"])
         return changed, result, diff
 
     adapter = _engines.adapter(params["engine"])
@@ -134,13 +198,29 @@ def reconcile(params, check_mode=False):
         if not params["wait"]:
             return False, result, {"before": before, "after": after}
         if _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model,
-                          params.get("api_key")).state != "ready":
-            wait_ready(sup, record, launch, params)  # still loading (started with wait=false): wait, no restart
-        result["healthy"] = True
+                          params.get("api_key")).state == "ready":
+            if record.pop("loading", None):  # a start left loading is ready now: record its time to ready
+                record["ready_s"] = round(time.time() - record["started_at"], 3)
+                sup.store.save(record)
+                result["ready_s"] = record["ready_s"]
+            result["healthy"] = True
+        elif record.get("loading"):  # still loading (started with wait=false or ready_wait): wait, no restart
+            _await_start(sup, record, launch, params, result, elapsed=max(0.0, time.time() - record["started_at"]))
+        else:
+            wait_ready(sup, record, launch, params)
+            result["healthy"] = True
         return False, result, {"before": before, "after": after}
+
+    if same and params["state"] == "started" and record.get("loading") and not check_mode:
+        # a start that an earlier call left loading has exited: report it, don't start it again silently
+        raise _failed_start(sup, record, params, result, ServerError(
+            "%s exited before it was ready (started %.1fs ago and left loading by an earlier call); "
+            "the next run starts it again" % (params["name"], time.time() - record["started_at"]),
+            rc=sup.exit_code(record)))
 
     diff = {"before": before, "after": after}
     if check_mode:
+        _preview_gpus(verify_gpus, params, result)
         return True, result, diff
 
     if record or sup.carriers():
@@ -149,6 +229,7 @@ def reconcile(params, check_mode=False):
         if not _wait_port_free(params["host"], params["port"]):
             raise ServerError("port %d on %s is still taken after stopping the old %s" %
                               (params["port"], params["host"], params["name"]))
+    _check_gpus(verify_gpus, params, result, "(%s was not started)" % params["name"])
     if _engines.port_in_use(params["host"], params["port"]):
         raise ServerError("port %d on %s is already in use by a process that is not instance %r; "
                           "choose another port or stop that process (nothing was started)"
@@ -165,24 +246,15 @@ def reconcile(params, check_mode=False):
     record.update(started)
     sup.store.save(record)
     result.update(pid=record["pid"], started_at=record["started_at"])
-    try:
-        if params["wait"]:
-            record["ready_s"] = wait_ready(sup, record, launch, params)
-        else:
-            time.sleep(0.5)
-            code = sup.exit_code(record)
-            if code is not None:
-                raise ServerError("%s exited with code %s right after start" % (params["name"], code), rc=code)
-    except BaseException as exc:
-        log_tail = _supervisor.tail(sup.log_path, 40, record.get("log_offset", 0))
-        sup.stop(record, params["stop_timeout"])
-        sup.store.clear()
-        if isinstance(exc, ServerError):
-            exc.extra.setdefault("log_tail", log_tail)
-            exc.extra.update(result)
-            raise
-        raise ServerError("%s: %s" % (type(exc).__name__, exc), log_tail=log_tail, **result)
+    if params["wait"]:
+        _await_start(sup, record, launch, params, result)
+        return True, result, diff
+    time.sleep(0.5)
+    code = sup.exit_code(record)
+    if code is not None:
+        raise _failed_start(sup, record, params, result, ServerError(
+            "%s exited with code %s right after start" % (params["name"], code), rc=code))
+    record["loading"] = True
     sup.store.save(record)
-    result["ready_s"] = record.get("ready_s")
-    result["healthy"] = True if params["wait"] else None
+    result["loading"] = True
     return True, result, diff

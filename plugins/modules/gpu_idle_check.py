@@ -225,106 +225,25 @@ backend:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.serving.plugins.module_utils import _gpu, _idle_check, _procs
-
-
-def _import_pynvml():
-    import pynvml  # pylint: disable=import-error
-    return pynvml
-
-
-def _holders(gpus, without=()):
-    return dict(("GPU %d" % g["index"], sorted(p["pid"] for p in g["processes"] if p["pid"] not in without))
-                for g in gpus)
+from ansible_collections.inferops.serving.plugins.module_utils import _idle_check
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            gpus=dict(type="list", elements="int"),
-            backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia_smi"]),
-            max_used_mib=dict(type="int", default=0),
-            timeout=dict(type="float", default=60.0),
-            poll_interval=dict(type="float", default=0.1),
-            reclaim=dict(type="bool", default=False),
-            kill_grace=dict(type="float", default=10.0),
-            reclaim_match=dict(type="list", elements="str"),
-            reclaim_all=dict(type="bool", default=False),
-            protected=dict(type="list", elements="str", default=list(_procs.DEFAULT_PROTECTED)),
-            require_gpus=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=_idle_check.ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
-
-    for key in ("timeout", "poll_interval", "kill_grace"):
-        if p[key] <= 0:
-            module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, p[key]))
-    if p["max_used_mib"] < 0:
-        module.fail_json(msg="max_used_mib must be 0 or more, got %d" % p["max_used_mib"])
-    if p["reclaim"] and p["kill_grace"] >= p["timeout"]:
-        module.fail_json(msg="kill_grace (%s) must be less than timeout (%s), or a holder that ignores "
-                             "SIGTERM is never killed" % (p["kill_grace"], p["timeout"]))
-    if p["gpus"] is not None and any(i < 0 for i in p["gpus"]):
-        module.fail_json(msg="gpus: indices are 0 or more, got %s" % p["gpus"])
+    errors = _idle_check.validate(p)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
     try:
-        scope = _procs.Scope(patterns=p["reclaim_match"] if p["reclaim_match"] is not None else _procs.DEFAULT_RECLAIM_MATCH,
-                             reclaim_all=p["reclaim_all"], protected=p["protected"])
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-
-    def run(argv):
-        return module.run_command(argv)
-
-    def no_gpus(exc):
-        if p["require_gpus"]:
-            module.fail_json(msg="no NVIDIA GPU can be seen: %s (set require_gpus=false on hosts without GPUs)"
-                             % exc, gpus=[], clean=False, killed=[], backend="none")
-        module.exit_json(changed=False, clean=True, gpus=[], killed=[], waited_s=0.0, backend="none",
-                         msg="no NVIDIA GPU on this host: %s" % exc)
-
-    try:
-        backend = _gpu.open_backend(p["backend"], _import_pynvml, run,
-                                    lambda: module.get_bin_path("nvidia-smi"))
-    except _gpu.NoDriverError as exc:
-        no_gpus(exc)
-    except _gpu.GpuError as exc:
-        module.fail_json(msg=str(exc))
-
-    try:
-        try:
-            present = backend.indices()
-        except _gpu.NoDriverError as exc:
-            no_gpus(exc)
-        if not present:
-            no_gpus("the NVIDIA driver reports no GPUs")
-        indices = present if p["gpus"] is None else sorted(set(p["gpus"]))
-        unknown = sorted(set(indices) - set(present))
-        if unknown:
-            module.fail_json(msg="gpus: no GPU with index %s on this host; it has %s"
-                                 % (", ".join(map(str, unknown)), ", ".join(map(str, present)) or "none"))
-        check = _idle_check.IdleCheck(
-            backend, indices, max_used_mib=p["max_used_mib"], timeout=p["timeout"],
-            poll_interval=p["poll_interval"], reclaim=p["reclaim"], kill_grace=p["kill_grace"],
-            scope=scope, check_mode=module.check_mode)
-        try:
-            result = check.run()
-        except _idle_check.CheckFailed as exc:
-            module.fail_json(msg=exc.msg, **exc.result)
-        except _gpu.GpuError as exc:
-            module.fail_json(msg=str(exc))
-    finally:
-        backend.close()
-
-    changed = result.pop("changed", False)
-    if changed and module._diff:
-        after = _holders(result["gpus"], without=result.get("would_kill", ()))
-        result["diff"] = {"before": {"holders": check.first_holders}, "after": {"holders": after}}
-    result["msg"] = "%d GPU(s) clean%s" % (len(result["gpus"]), ", killed %s" % result["killed"] if result["killed"] else "")
-    if module.check_mode and result.get("would_kill"):
-        result["msg"] = "would signal %s to free the GPUs" % result["would_kill"]
-    module.exit_json(changed=changed, **result)
+        result = _idle_check.verify(p, module.run_command, lambda: module.get_bin_path("nvidia-smi"),
+                                    check_mode=module.check_mode)
+    except _idle_check.CheckFailed as exc:
+        module.fail_json(msg=exc.msg, **exc.result)
+    diff = result.pop("diff", None)
+    if diff and module._diff:
+        result["diff"] = diff
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -124,9 +124,76 @@ options:
     type: bool
     default: true
   ready_timeout:
-    description: Seconds to wait for readiness before failing (and stopping the new server). Large models need long.
+    description:
+      - Seconds from the start to readiness before failing (and stopping the new server). Large models need long.
+      - It counts from the start of the server, also across calls that resume the wait (see O(ready_wait)).
     type: float
     default: 1800
+  ready_wait:
+    description:
+      - At most this many seconds of this call go to waiting for readiness. A server not ready by then keeps
+        loading; the module returns RV(loading=true) and RV(healthy=false), and a later call with the same
+        configuration resumes the wait without restarting it (failing at once, with the log tail, if the
+        engine exited meanwhile). Unset, the call waits up to O(ready_timeout).
+      - The C(inferops.serving.inference_server) role uses it to finish a quick start in one call and to
+        print a progress line per poll during a long load.
+    type: float
+  gpu_check:
+    description:
+      - Verify the GPUs clean (as M(inferops.serving.gpu_idle_check) does, with the same parameters)
+        after the old server is stopped and before the new one starts, in the same call. If the check
+        fails, nothing is started and the module fails with the check's message and RV(gpu_check).
+      - In check mode the GPUs are read once and reported in RV(gpu_check) (what the check would
+        reclaim in its C(would_kill)); that never fails, since the old server still holds them then.
+      - Unset, no GPU is checked.
+    type: dict
+    suboptions:
+      gpus:
+        description: GPU indices to check; all when unset.
+        type: list
+        elements: int
+      backend:
+        description: V(nvml) (C(nvidia-ml-py)), V(nvidia_smi) (CSV), or V(auto) (NVML when importable).
+        type: str
+        choices: [auto, nvml, nvidia_smi]
+        default: auto
+      max_used_mib:
+        description: Used memory per GPU that still counts as clean.
+        type: int
+        default: 0
+      timeout:
+        description: Seconds to wait for the GPUs to be clean.
+        type: float
+        default: 60
+      poll_interval:
+        description: Seconds between polls.
+        type: float
+        default: 0.1
+      reclaim:
+        description: Signal holders in scope (SIGTERM, then SIGKILL after O(gpu_check.kill_grace)).
+        type: bool
+        default: false
+      kill_grace:
+        description: Seconds between SIGTERM and SIGKILL of a holder.
+        type: float
+        default: 10
+      reclaim_match:
+        description: Regular expressions on a holder's command line that put it in scope (default, the known engines).
+        type: list
+        elements: str
+      reclaim_all:
+        description: Every holder that is not protected is in scope.
+        type: bool
+        default: false
+      protected:
+        description: Process names never signalled.
+        type: list
+        elements: str
+        default: [nvidia-persistenced, nv-hostengine, dcgm-exporter, nvidia-fabricmanager]
+      require_gpus:
+        description: Fail when no NVIDIA GPU can be seen (V(false) passes on hosts without GPUs).
+        type: bool
+        default: true
   stop_timeout:
     description: Seconds between SIGTERM and SIGKILL when stopping (C(TimeoutStopSec) for systemd).
     type: float
@@ -286,6 +353,16 @@ healthy:
   returned: always
   type: bool
   sample: true
+loading:
+  description: V(true) when O(ready_wait) ended before the server was ready; it keeps loading.
+  returned: always
+  type: bool
+  sample: false
+gpu_check:
+  description: The result of O(gpu_check) (the return values of M(inferops.serving.gpu_idle_check)).
+  returned: when O(gpu_check) ran
+  type: dict
+  sample: {clean: true, backend: nvml, killed: [], waited_s: 0.0, gpus: []}
 stopped_pids:
   description: PIDs that were signalled to stop the old server (and any stray that carried the marker).
   returned: when a server was stopped
@@ -310,7 +387,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _server, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _idle_check, _server, _supervisor
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -332,6 +409,10 @@ def validate(p):
     for key in ("ready_timeout", "stop_timeout"):
         if p[key] <= 0:
             errors.append("%s must be a positive number of seconds, got %s" % (key, p[key]))
+    if p["ready_wait"] is not None and p["ready_wait"] < 0:
+        errors.append("ready_wait must be 0 or more seconds, got %s" % p["ready_wait"])
+    if p["gpu_check"]:
+        errors.extend("gpu_check: %s" % err for err in _idle_check.validate(p["gpu_check"]))
     for key, value in (p["env"] or {}).items():
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)):
             errors.append("env name %r is not a valid environment variable name" % key)
@@ -361,6 +442,8 @@ def main():
             variant=dict(type="str"),
             wait=dict(type="bool", default=True),
             ready_timeout=dict(type="float", default=1800.0),
+            ready_wait=dict(type="float"),
+            gpu_check=dict(type="dict", options=_idle_check.ARGUMENT_SPEC),
             stop_timeout=dict(type="float", default=120.0),
             state_dir=dict(type="path", default="/var/lib/inferops/serving"),
             log_dir=dict(type="path", default="/var/log/inferops"),
@@ -376,8 +459,14 @@ def main():
     p["env"] = dict((str(k), str(v)) for k, v in (p["env"] or {}).items())
     p["state_dir"] = os.path.abspath(p["state_dir"])
     p["log_dir"] = os.path.abspath(p["log_dir"])
+    module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
+
+    def verify_gpus(check_params, check_mode):
+        return _idle_check.verify(check_params, module.run_command, lambda: module.get_bin_path("nvidia-smi"),
+                                  check_mode=check_mode)
+
     try:
-        changed, result, diff = _server.reconcile(p, check_mode=module.check_mode)
+        changed, result, diff = _server.reconcile(p, check_mode=module.check_mode, verify_gpus=verify_gpus)
     except _engines.EngineError as exc:
         module.fail_json(msg=str(exc))
     except _server.ServerError as exc:

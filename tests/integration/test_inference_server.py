@@ -177,7 +177,7 @@ def test_check_mode_starts_nothing_and_bad_input_changes_nothing(run_playbook, d
 
 
 def test_role_starts_async_with_progress_then_stops(run_playbook, dirs, port):
-    srv = fake("rolled", port, dirs, load_s=8)  # longer than the role's quick polls
+    srv = fake("rolled", port, dirs, load_s=8)  # longer than the first call's wait (one poll delay)
     role_vars = dict(("inference_server_" + k, v) for k, v in srv.items() if k != "supervisor")
     role_vars.update(inference_server_poll_delay=1, inference_server_supervisor="process")
     playbook = ("---\n- hosts: localhost\n  gather_facts: false\n  roles:\n"
@@ -185,17 +185,98 @@ def test_role_starts_async_with_progress_then_stops(run_playbook, dirs, port):
     try:
         run = run_playbook(playbook, extra_vars=role_vars)
         assert run.rc == 0, run.stdout[-3000:]
+        calls = [r for r in run.results("inference_server") if r["status"] != "skipped"]
+        first = calls[0]["result"]  # the start, waiting one poll delay
+        assert first["changed"] is True and first["loading"] is True and first["healthy"] is False
         assert "RETRYING" in run.stdout  # the progress lines of the async_status loop
         polls = [r for r in run.results("async_status") if r["status"] == "ok"]
-        names = [p["task"].split(" : ")[1].split(" |")[0] for p in polls]
-        assert names[0] == "Wait briefly for the server"  # quick polls first (then the slow loop, if needed)
-        assert set(names) <= {"Wait briefly for the server", "Wait until the server is ready (model loading)"}
+        names = set(p["task"].split(" : ")[1].split(" |")[0] for p in polls)
+        assert names == {"Wait until the server is ready (model loading)"}
         res = polls[-1]["result"]
-        assert res["finished"] and res["changed"] is True and res["ready_s"] >= 7
+        # the background job resumed the wait on the same server: no restart, the same pid
+        assert res["finished"] and res["changed"] is False and res["healthy"] is True
+        assert res["pid"] == first["pid"] and res["ready_s"] >= 7
         again = run_playbook(playbook, extra_vars=role_vars)
         assert again.rc == 0, again.stdout[-3000:]
         assert again.recap()["changed"] == 0
     finally:
         stop = run_playbook(playbook, extra_vars=dict(role_vars, inference_server_state="stopped"))
     assert stop.rc == 0, stop.stdout[-3000:]
-    assert carriers("rolled", dirs["state_dir"]) == []
+
+
+def test_role_quick_start_is_one_module_call(run_playbook, dirs, port):
+    srv = fake("quick", port, dirs)
+    role_vars = dict(("inference_server_" + k, v) for k, v in srv.items() if k != "supervisor")
+    role_vars.update(inference_server_poll_delay=10, inference_server_supervisor="process")
+    playbook = ("---\n- hosts: localhost\n  gather_facts: false\n  roles:\n"
+                "    - role: inferops.serving.inference_server\n")
+    try:
+        run = run_playbook(playbook, extra_vars=role_vars)
+        assert run.rc == 0, run.stdout[-3000:]
+        starts = [r for r in run.results("inference_server") if r["status"] != "skipped"]
+        assert len(starts) == 1 and starts[0]["result"]["healthy"] is True, starts
+        assert [r for r in run.results("async_status") if r["status"] != "skipped"] == []
+    finally:
+        run_playbook(playbook, extra_vars=dict(role_vars, inference_server_state="stopped"))
+
+
+def test_ready_wait_leaves_it_loading_and_a_later_call_resumes_or_reports_the_crash(run_playbook, dirs, port):
+    srv = fake("resume", port, dirs, load_s=3, ready_wait=0.5)
+    first = run_playbook(play(srv))
+    assert first.rc == 0, first.stdout[-3000:]
+    res = first.result("inference_server")
+    assert res["changed"] is True and res["loading"] is True and res["healthy"] is False
+    assert json.load(open(os.path.join(dirs["state_dir"], "resume.json")))["loading"] is True
+    later = run_playbook(play(dict(srv, ready_wait=None)))
+    assert later.rc == 0, later.stdout[-3000:]
+    again = later.result("inference_server")
+    assert again["changed"] is False and again["healthy"] is True and again["pid"] == res["pid"]
+    assert again["ready_s"] >= 3  # counted from the start, not from this call
+    assert "loading" not in json.load(open(os.path.join(dirs["state_dir"], "resume.json")))
+    run_playbook(play(dict(srv, state="stopped")))
+
+    # left loading, then the engine exits: the next call says so (with the log tail), starts nothing
+    crash = fake("resume", port, dirs, mode="exit", load_s=1, ready_wait=0)
+    left = run_playbook(play(crash))
+    assert left.rc == 0 and left.result("inference_server")["loading"] is True, left.stdout[-3000:]
+    time.sleep(1.5)
+    failed = run_playbook(play(crash))
+    assert failed.rc != 0
+    msg = failed.result("inference_server")
+    assert "exited before it was ready" in msg["msg"] and "cannot load" in " ".join(msg["log_tail"])
+    assert not os.path.exists(os.path.join(dirs["state_dir"], "resume.json"))
+
+
+def test_gpu_check_between_stop_and_start(run_playbook, dirs, port, fake_gpus):
+    srv = fake("gpus", port, dirs, gpu_check={"backend": "nvidia_smi", "timeout": 2, "poll_interval": 0.05})
+    try:
+        run = run_playbook(play(srv), env=fake_gpus.env)
+        assert run.rc == 0, run.stdout[-3000:]
+        res = run.result("inference_server")
+        assert res["gpu_check"]["clean"] is True and len(res["gpu_check"]["gpus"]) == 8
+        # something we must not touch holds GPU 3: the old server is stopped, the new one not started
+        bystander = fake_gpus.hold(3, used_mib=4096)
+        moved = dict(srv, variant="other")
+        run = run_playbook(play(dict(moved, state="restarted")), env=fake_gpus.env)
+        assert run.rc != 0
+        res = run.result("inference_server")
+        assert "GPUs not clean" in res["msg"] and "GPU 3" in res["msg"] and "was not started" in res["msg"]
+        assert res["gpu_check"]["clean"] is False and bystander.poll() is None
+        assert carriers("gpus", dirs["state_dir"]) == [] and not _port_open(port)
+    finally:
+        run_playbook(play(dict(srv, state="stopped")))
+
+
+def test_bad_gpu_check_changes_nothing(run_playbook, dirs, port):
+    srv = fake("badgpu", port, dirs, gpu_check={"timeout": 0, "bogus": 1})
+    run = run_playbook(play(srv))
+    assert run.rc != 0
+    assert "bogus" in run.result("inference_server")["msg"]
+    run = run_playbook(play(dict(srv, gpu_check={"timeout": 0})))
+    assert "gpu_check: timeout must be a positive number of seconds" in run.result("inference_server")["msg"]
+    assert not os.path.exists(dirs["state_dir"])
+
+
+def _port_open(port):
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0

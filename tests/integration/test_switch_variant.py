@@ -109,11 +109,17 @@ def switch(run_playbook, fleet):
     run(playbook=STOP)  # leave nothing running
 
 
+def gpu_check_of(run):
+    """The GPU check that inference_server ran between the stop and the start (None if none ran)."""
+    checks = [r["result"]["gpu_check"] for r in run.results("inference_server") if r["result"].get("gpu_check")]
+    return checks[-1] if checks else None
+
+
 def test_switch_reclaims_leftover_benchmarks_then_rerun_changes_nothing(switch, fleet):
     leftover = fleet.gpus.hold(7, args=["vllm", "serve", "old-model"])
     first = switch("fast")
     assert first.rc == 0, first.stdout[-3000:]
-    gpu = first.result("gpu_idle_check")
+    gpu = gpu_check_of(first)
     assert gpu["clean"] and len(gpu["gpus"]) == 8 and gpu["killed"] == [leftover.pid]
     assert leftover.wait(10) is not None  # the leftover on GPU 7 was really terminated
     assert first.recap()["changed"] >= 2 and first.recap()["failed"] == 0
@@ -129,7 +135,7 @@ def test_switch_reclaims_leftover_benchmarks_then_rerun_changes_nothing(switch, 
     assert again.rc == 0, again.stdout[-3000:]
     assert again.recap()["changed"] == 0
     assert "serves it already, healthy: nothing to change" in again.stdout
-    assert not benchmarked(again) and not again.results("gpu_idle_check")
+    assert not benchmarked(again) and gpu_check_of(again) is None
     assert fleet.pid() == pid
 
     forced = switch("fast", extra={"bench": "always"})
@@ -229,7 +235,7 @@ def test_check_mode_on_the_example_inventory_shows_the_nextn_argv(run_playbook, 
                         ("--fp4-gemm-backend", "flashinfer_cudnn")):
         assert argv[argv.index(flag) + 1] == value, (flag, argv)
     assert "argv: /opt/sglang/bin/python -m sglang.launch_server" in run.stdout
-    assert len(run.result("gpu_idle_check")["gpus"]) == 8
+    assert len(gpu_check_of(run)["gpus"]) == 8
     assert not (tmp_path / "state").exists() or not os.listdir(str(tmp_path / "state"))
 
 

@@ -11,10 +11,11 @@ import shutil
 import stat
 import subprocess
 import sys
+import types
 
 import pytest
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _idle_check, _server, _supervisor
 from ansible_collections.inferops.serving.plugins.modules import inference_server
 
 SGLANG_ARGS = {"tp_size": 8, "quantization": "modelopt_fp4", "moe_runner_backend": "flashinfer_cutlass",
@@ -26,7 +27,7 @@ def params(**kw):
     base = dict(name="t", engine="sglang", model="M", host="127.0.0.1", port=30000, api_key=None,
                 served_model_name=None, engine_args={}, command=None, executable=None, python=None, env={},
                 variant=None, wait=True, ready_timeout=1800.0, stop_timeout=120.0, state_dir="/nonexistent",
-                log_dir="/nonexistent", supervisor="process", state="started")
+                log_dir="/nonexistent", supervisor="process", state="started", ready_wait=None, gpu_check=None)
     base.update(kw)
     return base
 
@@ -228,6 +229,50 @@ def test_validation_messages():
     assert "'1X'" in text
     assert inference_server.validate(params()) == []
     assert "only for engine=command" in " ".join(inference_server.validate(params(command=["x"])))
+    check = dict((k, v.get("default")) for k, v in _idle_check.ARGUMENT_SPEC.items())
+    text = " ".join(inference_server.validate(params(ready_wait=-1, gpu_check=dict(check, reclaim=True, kill_grace=60))))
+    assert "ready_wait must be 0 or more" in text and "gpu_check: kill_grace (60) must be less than timeout" in text
+    assert inference_server.validate(params(ready_wait=0, gpu_check=check)) == []
+
+
+class _Sup(object):
+    def __init__(self, exits_after=None):
+        self.exits_after = exits_after
+        self.calls = 0
+
+    def exit_code(self, record):
+        self.calls += 1
+        return 1 if self.exits_after is not None and self.calls > self.exits_after else None
+
+
+def test_wait_ready_limit_elapsed_and_deadline(monkeypatch):
+    now = [100.0]
+    answers = []
+
+    def probe(*_a, **_k):
+        return _engines.Probe(answers.pop(0) if answers else "loading", "503 loading")
+
+    monkeypatch.setattr(_engines, "probe", probe)
+
+    def clock():
+        return now[0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    launch = types.SimpleNamespace(probe_model="m")
+    p = params(ready_timeout=10.0)
+    # the limit ends this call's wait: None, the server keeps loading
+    assert _server.wait_ready(_Sup(), {}, launch, p, clock=clock, sleep=sleep, limit=1.0) is None
+    assert now[0] == 101.0
+    # a resumed wait counts from the start: ready 2.5 s later is 8.5 s after a start 6 s ago
+    answers[:] = ["loading"] * 10 + ["ready"]
+    assert _server.wait_ready(_Sup(), {}, launch, p, clock=clock, sleep=sleep, elapsed=6.0) == 8.5
+    # and the deadline counts from the start too: 9 s loaded already, 1 s left
+    with pytest.raises(_server.ServerError, match="not ready within ready_timeout=10.0s"):
+        _server.wait_ready(_Sup(), {}, launch, p, clock=clock, sleep=sleep, elapsed=9.0, limit=5.0)
+    with pytest.raises(_server.ServerError, match="exited with code 1 before it was ready"):
+        _server.wait_ready(_Sup(exits_after=2), {}, launch, p, clock=clock, sleep=sleep)
 
 
 def test_probe_and_port_in_use():
