@@ -101,26 +101,20 @@ def _await_start(sup, record, launch, params, result, elapsed=0.0):
     result.update(ready_s=record.get("ready_s"), healthy=ready_s is not None, loading=ready_s is None)
 
 
-def _preview_gpus(verify_gpus, params, result):
-    """Check mode: one read of the GPUs, reported and never failed (the old server still holds them)."""
+def _check_gpus(verify_gpus, params, result, what, preview=False):
+    """gpu_check after the stop (before the start: a failure starts nothing). preview (check mode): one
+    read of the GPUs, reported and never failed, since the old server still holds them then."""
     if not params.get("gpu_check"):
         return
     check = dict(params["gpu_check"])
-    check["timeout"] = check["poll_interval"]
-    check["kill_grace"] = check["poll_interval"] / 2.0
+    if preview:
+        check.update(timeout=check["poll_interval"], kill_grace=check["poll_interval"] / 2.0)
     try:
-        result["gpu_check"] = verify_gpus(check, True)
+        result["gpu_check"] = verify_gpus(check, preview)
     except _idle_check.CheckFailed as exc:
-        result["gpu_check"] = dict(exc.result, msg=exc.msg)
-
-
-def _check_gpus(verify_gpus, params, result, what):
-    """gpu_check after the stop (and before the start: a failure starts nothing)."""
-    if not params.get("gpu_check"):
-        return
-    try:
-        result["gpu_check"] = verify_gpus(params["gpu_check"], False)
-    except _idle_check.CheckFailed as exc:
+        if preview:
+            result["gpu_check"] = dict(exc.result, msg=exc.msg)
+            return
         result["gpu_check"] = exc.result
         raise ServerError("GPUs not clean %s: %s" % (what, exc.msg), **result)
 
@@ -197,17 +191,12 @@ def reconcile(params, check_mode=False, verify_gpus=None):
             return False, result, {"before": before, "after": after}
         if not params["wait"]:
             return False, result, {"before": before, "after": after}
-        if _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model,
-                          params.get("api_key")).state == "ready":
-            if record.pop("loading", None):  # a start left loading is ready now: record its time to ready
-                record["ready_s"] = round(time.time() - record["started_at"], 3)
-                sup.store.save(record)
-                result["ready_s"] = record["ready_s"]
-            result["healthy"] = True
-        elif record.get("loading"):  # still loading (started with wait=false or ready_wait): wait, no restart
+        if record.get("loading"):  # left loading by an earlier call (wait=false or ready_wait): wait, no restart
             _await_start(sup, record, launch, params, result, elapsed=max(0.0, time.time() - record["started_at"]))
         else:
-            wait_ready(sup, record, launch, params)
+            if _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model,
+                              params.get("api_key")).state != "ready":
+                wait_ready(sup, record, launch, params)
             result["healthy"] = True
         return False, result, {"before": before, "after": after}
 
@@ -220,7 +209,7 @@ def reconcile(params, check_mode=False, verify_gpus=None):
 
     diff = {"before": before, "after": after}
     if check_mode:
-        _preview_gpus(verify_gpus, params, result)
+        _check_gpus(verify_gpus, params, result, "", preview=True)
         return True, result, diff
 
     if record or sup.carriers():

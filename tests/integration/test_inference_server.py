@@ -176,12 +176,20 @@ def test_check_mode_starts_nothing_and_bad_input_changes_nothing(run_playbook, d
     assert not os.path.exists(dirs["state_dir"])
 
 
+ROLE_PLAY = ("---\n- hosts: localhost\n  gather_facts: false\n  roles:\n"
+             "    - role: inferops.serving.inference_server\n")
+
+
+def role_vars_of(srv, poll_delay):
+    """The inference_server role's variables for a module spec (the process supervisor)."""
+    role_vars = dict(("inference_server_" + k, v) for k, v in srv.items() if k != "supervisor")
+    role_vars.update(inference_server_poll_delay=poll_delay, inference_server_supervisor="process")
+    return role_vars
+
+
 def test_role_starts_async_with_progress_then_stops(run_playbook, dirs, port):
     srv = fake("rolled", port, dirs, load_s=8)  # longer than the first call's wait (one poll delay)
-    role_vars = dict(("inference_server_" + k, v) for k, v in srv.items() if k != "supervisor")
-    role_vars.update(inference_server_poll_delay=1, inference_server_supervisor="process")
-    playbook = ("---\n- hosts: localhost\n  gather_facts: false\n  roles:\n"
-                "    - role: inferops.serving.inference_server\n")
+    role_vars, playbook = role_vars_of(srv, 1), ROLE_PLAY
     try:
         run = run_playbook(playbook, extra_vars=role_vars)
         assert run.rc == 0, run.stdout[-3000:]
@@ -206,10 +214,7 @@ def test_role_starts_async_with_progress_then_stops(run_playbook, dirs, port):
 
 def test_role_quick_start_is_one_module_call(run_playbook, dirs, port):
     srv = fake("quick", port, dirs)
-    role_vars = dict(("inference_server_" + k, v) for k, v in srv.items() if k != "supervisor")
-    role_vars.update(inference_server_poll_delay=10, inference_server_supervisor="process")
-    playbook = ("---\n- hosts: localhost\n  gather_facts: false\n  roles:\n"
-                "    - role: inferops.serving.inference_server\n")
+    role_vars, playbook = role_vars_of(srv, 10), ROLE_PLAY
     try:
         run = run_playbook(playbook, extra_vars=role_vars)
         assert run.rc == 0, run.stdout[-3000:]
