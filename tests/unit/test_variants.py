@@ -28,6 +28,17 @@ def test_extends_deep_merges_dicts_and_child_wins():
     assert CATALOG["baseline"]["engine_args"]["tp_size"] == 8  # the catalog itself is not modified
 
 
+def test_a_resolved_spec_shares_no_container_with_the_catalog():
+    spec = _variants.resolve(CATALOG, "nextn", engine="sglang", model="m")
+    spec["engine_args"]["moe"]["gemm"] = "changed"
+    spec["engine_args"]["tp_size"] = 1
+    assert CATALOG["baseline"]["engine_args"] == {"tp_size": 8, "moe": {"runner": "cutlass", "gemm": "cudnn"}}
+    base = {"a": ({"x": 1},)}
+    merged = _variants.merge(base, {"b": [1]})
+    merged["a"][0]["x"] = 2  # tuples become lists, and their dicts are copies too
+    assert merged == {"a": [{"x": 2}], "b": [1]} and base == {"a": ({"x": 1},)}
+
+
 def test_lists_are_replaced_not_appended():
     catalog = {"a": {"engine": "command", "model": "m", "command": ["x", "--one"]},
                "b": {"extends": "a", "command": ["y"]}}
