@@ -72,6 +72,31 @@ def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sle
         sleep(min(0.25, max(0.0, stop_at - now)))
 
 
+SERVING = "it serves with this configuration and is healthy"
+LOADING = "it is loading with this configuration (started by an earlier call)"
+RUNS = "it runs with this configuration (not probed: wait=false)"
+NOT_ANSWERING = "it runs with this configuration but does not answer"
+
+
+def _serves(params, launch):
+    """One quick probe of a server that runs with this configuration: does it answer a generation?"""
+    return _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model, params.get("api_key"),
+                          timeout=5.0, generate_timeout=30.0).state == "ready"
+
+
+def _start_reason(record, running, same, fingerprint):
+    """Why a start or restart is due (result's reason)."""
+    if not record:
+        return "nothing runs"
+    if not running:
+        return "what was recorded no longer runs"
+    if record.get("fingerprint") != fingerprint:
+        return "the configuration changed"
+    if not same:
+        return "api_key or a credential in env changed"
+    return "state=restarted"
+
+
 def _failed_start(sup, record, params, result, exc):
     """Stop a start that failed (nothing is left running), and the ServerError that says why."""
     log_tail = _supervisor.tail(sup.log_path, 40, record.get("log_offset", 0))
@@ -139,39 +164,57 @@ def current_of(record, running):
 
 
 def reconcile(params, check_mode=False, verify_gpus=None):
-    """Returns (changed, result, diff). Raises ServerError or _engines.EngineError on failure.
+    """Returns (changed, result, diff). Raises ServerError on failure, its extra carrying the result so far
+    (current: what ran before this call, for the caller's rollback).
     verify_gpus(check_params, check_mode) runs params["gpu_check"] (_idle_check.verify, bound to the module)."""
     kind = _supervisor.choose(params["supervisor"])
     sup = _supervisor.make(kind, params["name"], params["state_dir"], params["log_dir"], params["stop_timeout"])
     record = sup.store.load()
     if record and record.get("corrupt"):
         record = None
-    before = {"argv": record.get("argv"), "fingerprint": record.get("fingerprint")} if record else {}
     running = bool(record) and sup.alive(record)
     result = {"argv": None, "fingerprint": None, "variant": params.get("variant"),
               "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
               "engine_version": None, "supervisor": kind, "log": sup.log_path, "state_file": sup.store.path,
-              "healthy": None, "loading": False, "current": current_of(record, running)}
+              "healthy": None, "loading": False, "reason": None, "current": current_of(record, running)}
+    converge = _stop if params["state"] == "stopped" else _start
+    try:
+        return converge(params, check_mode, verify_gpus, sup, record, running, result)
+    except (_engines.EngineError, _supervisor.SupervisorError) as exc:
+        raise ServerError(str(exc), **result)
+    except ServerError as exc:
+        for key, value in result.items():
+            exc.extra.setdefault(key, value)
+        raise
 
-    if params["state"] == "stopped":  # needs no engine or model: the state file says what runs
-        strays = sup.carriers()
-        changed = running or bool(strays) or bool(record)
-        diff = {"before": before, "after": {}}
-        if record:
-            result.update(argv=record.get("argv"), fingerprint=record.get("fingerprint"),
-                          variant=params.get("variant") or record.get("variant"), url=record.get("url"))
-        elif params.get("engine") and params.get("model"):
-            launch = _engines.adapter(params["engine"]).build(params)
-            result.update(argv=launch.public_argv, fingerprint=launch.fingerprint)
-        if changed and not check_mode:
-            result["stopped_pids"] = sup.stop(record, params["stop_timeout"])
-            if kind == "systemd":
-                sup.remove()
-            sup.store.clear()
-        if not check_mode:
-            _check_gpus(verify_gpus, params, result, "after stopping %s" % params["name"])
-        return changed, result, diff
 
+def _before(record):
+    return {"argv": record.get("argv"), "fingerprint": record.get("fingerprint")} if record else {}
+
+
+def _stop(params, check_mode, verify_gpus, sup, record, running, result):
+    """state=stopped: needs no engine or model, as the state file says what runs."""
+    strays = sup.carriers()
+    changed = running or bool(strays) or bool(record)
+    diff = {"before": _before(record), "after": {}}
+    if record:
+        result.update(argv=record.get("argv"), fingerprint=record.get("fingerprint"),
+                      variant=params.get("variant") or record.get("variant"), url=record.get("url"))
+    elif params.get("engine") and params.get("model"):
+        launch = _engines.adapter(params["engine"]).build(params)
+        result.update(argv=launch.public_argv, fingerprint=launch.fingerprint)
+    if changed and not check_mode:
+        result["stopped_pids"] = sup.stop(record, params["stop_timeout"])
+        if result["supervisor"] == "systemd":
+            sup.remove()
+        sup.store.clear()
+    if not check_mode:
+        _check_gpus(verify_gpus, params, result, "after stopping %s" % params["name"])
+    return changed, result, diff
+
+
+def _start(params, check_mode, verify_gpus, sup, record, running, result):
+    """state=started (keep a healthy server of this configuration, else replace or start it) and restarted."""
     adapter = _engines.adapter(params["engine"])
     version = adapter.version(params)
     launch = adapter.build(params, version)
@@ -181,33 +224,32 @@ def reconcile(params, check_mode=False, verify_gpus=None):
     same = (bool(record) and record.get("fingerprint") == fingerprint and
             record.get("secrets_digest") == _fingerprint.secrets_digest(record.get("secrets_salt", ""), secrets))
     after = {"argv": launch.public_argv, "fingerprint": fingerprint}
+    diff = {"before": _before(record), "after": after}
     if same and running and params["state"] == "started":
         result.update(pid=record.get("pid"), ready_s=record.get("ready_s"), started_at=record.get("started_at"))
-        if check_mode:
-            # one quick probe, so a plan can tell "same and serving" from "same but not answering"
-            result["healthy"] = _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model,
-                                               params.get("api_key"), timeout=5.0,
-                                               generate_timeout=30.0).state == "ready"
-            return False, result, {"before": before, "after": after}
-        if not params["wait"]:
-            return False, result, {"before": before, "after": after}
-        if record.get("loading"):  # left loading by an earlier call (wait=false or ready_wait): wait, no restart
+        # never ready yet: left loading by an earlier call (wait=false, ready_wait), or by a run that was cut short
+        loading = bool(record.get("loading")) or record.get("ready_s") is None
+        if not params["wait"] and not check_mode:
+            result.update(loading=loading, reason=LOADING if loading else RUNS)
+            return False, result, diff
+        if loading and not check_mode:  # wait for it, no restart; fails with the log tail if it exited
+            result["reason"] = LOADING
             _await_start(sup, record, launch, params, result, elapsed=max(0.0, time.time() - record["started_at"]))
-        else:
-            if _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model,
-                              params.get("api_key")).state != "ready":
-                wait_ready(sup, record, launch, params)
-            result["healthy"] = True
-        return False, result, {"before": before, "after": after}
-
-    if same and params["state"] == "started" and record.get("loading") and not check_mode:
+            return False, result, diff
+        result["healthy"] = _serves(params, launch)
+        if result["healthy"] or loading:
+            result.update(loading=loading and not result["healthy"], reason=SERVING if result["healthy"] else LOADING)
+            return False, result, diff
+        result["reason"] = NOT_ANSWERING  # it served with this configuration and no longer answers: restart it
+    elif same and params["state"] == "started" and record.get("loading") and not check_mode:
         # a start that an earlier call left loading has exited: report it, don't start it again silently
         raise _failed_start(sup, record, params, result, ServerError(
             "%s exited before it was ready (started %.1fs ago and left loading by an earlier call); "
             "the next run starts it again" % (params["name"], time.time() - record["started_at"]),
             rc=sup.exit_code(record)))
+    else:
+        result["reason"] = _start_reason(record, running, same, fingerprint)
 
-    diff = {"before": before, "after": after}
     if check_mode:
         _check_gpus(verify_gpus, params, result, "", preview=True)
         return True, result, diff
@@ -229,9 +271,9 @@ def reconcile(params, check_mode=False, verify_gpus=None):
     record = {"name": params["name"], "engine": params["engine"], "model": params["model"],
               "served_model_name": params.get("served_model_name"),
               "variant": params.get("variant"), "fingerprint": fingerprint, "argv": launch.public_argv,
-              "port": params["port"], "host": params["host"], "url": result["url"], "supervisor": kind,
-              "marker": sup.marker, "started_at": time.time(), "engine_version": version,
-              "secrets_salt": salt, "secrets_digest": _fingerprint.secrets_digest(salt, secrets)}
+              "port": params["port"], "host": params["host"], "url": result["url"],
+              "supervisor": result["supervisor"], "marker": sup.marker, "started_at": time.time(),
+              "engine_version": version, "secrets_salt": salt, "secrets_digest": _fingerprint.secrets_digest(salt, secrets)}
     record.update(started)
     sup.store.save(record)
     result.update(pid=record["pid"], started_at=record["started_at"])

@@ -233,6 +233,7 @@ class ProcessSupervisor(Base):
         if pgid is not None:
             try:
                 os.killpg(pgid, signal.SIGTERM)
+                os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP, debugger) engine gets its SIGTERM too, as under systemd
                 signalled.update(p for p in members)
             except ProcessLookupError:
                 pgid = None

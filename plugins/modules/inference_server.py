@@ -50,7 +50,10 @@ options:
     required: true
   state:
     description:
-      - V(started) keeps the server running with this configuration (restarting it only when the fingerprint changed).
+      - V(started) keeps the server running with this configuration. It restarts it when the fingerprint (or a
+        credential) changed, and when a server of this configuration that was ready once no longer answers a
+        quick probe (C(/health) within 5 s, a 1-token generation within 30 s). One that never became ready
+        (left loading by an earlier call) is waited for, not restarted.
       - V(restarted) always stops and starts it. V(stopped) stops it and sweeps its leftovers.
     type: str
     choices: [started, stopped, restarted]
@@ -331,6 +334,7 @@ current:
   description:
     - What the state file recorded before this run (the server this run keeps, replaces or stops), null when
       nothing was recorded. Callers use it to know which variant to restore after a failed switch.
+    - Also returned on failure, once the state file was read; a failure without it changed nothing.
   returned: always
   type: dict
   contains:
@@ -348,8 +352,8 @@ healthy:
   description:
     - V(true) when the server answered C(/health) and a 1-token generation in this run. In check mode,
       for a server already running with this fingerprint, one quick probe decides it; V(false) there
-      means it runs but does not serve. Null when nothing was probed (a stop, a plan that would
-      restart, O(wait=false)).
+      means it runs but does not serve (C(changed) says whether a run would restart it). Null when
+      nothing was probed (a stop, a plan that would restart, O(wait=false)).
   returned: always
   type: bool
   sample: true
@@ -358,6 +362,14 @@ loading:
   returned: always
   type: bool
   sample: false
+reason:
+  description:
+    - Why this call kept, waited for, started or restarted the server, in words (for example
+      V(the configuration changed), V(nothing runs), V(it runs with this configuration but does not answer),
+      V(it serves with this configuration and is healthy)). Null for O(state=stopped).
+  returned: always
+  type: str
+  sample: the configuration changed
 gpu_check:
   description: The result of O(gpu_check) (the return values of M(inferops.serving.gpu_idle_check)).
   returned: when O(gpu_check) ran
