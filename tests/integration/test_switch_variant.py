@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import urllib.request
 
@@ -122,7 +123,7 @@ def test_switch_reclaims_leftover_benchmarks_then_rerun_changes_nothing(switch, 
     gpu = gpu_check_of(first)
     assert gpu["clean"] and len(gpu["gpus"]) == 8 and gpu["killed"] == [leftover.pid]
     assert leftover.wait(10) is not None  # the leftover on GPU 7 was really terminated
-    assert first.recap()["changed"] >= 2 and first.recap()["failed"] == 0
+    assert first.recap()["changed"] == 1 and first.recap()["failed"] == 0  # the one converge call
     levels = levels_of(first)
     assert [lvl["concurrency"] for lvl in levels] == [1, 4]
     assert all(lvl["completed"] == 8 and lvl["failed"] == 0 for lvl in levels)
@@ -149,12 +150,40 @@ def test_switch_to_another_variant_stops_the_old_one(switch, fleet):
     old = fleet.pid()
     run = switch("slow", extra={"bench": "never"})
     assert run.rc == 0, run.stdout[-3000:]
-    assert "switching from fast" in run.stdout
+    assert "switched from fast: the configuration changed" in run.stdout
     assert not _procs.alive(old) and fleet.pid() != old
     record = fleet.record()
     assert record["variant"] == "slow" and record["argv"][-1] == "6"
     assert "chain: fast <- slow" not in run.stdout and "variant slow (fast <- slow)" in run.stdout
     assert fleet.health() == 200
+
+
+def test_same_variant_that_stopped_answering_is_restarted(switch, fleet):
+    assert switch("fast", extra={"bench": "never"}).rc == 0
+    old = fleet.pid()
+    os.killpg(old, signal.SIGSTOP)  # hung: alive, but it answers nothing (the process supervisor's pgid is its pid)
+    try:
+        run = switch("fast", extra={"bench": "never"})
+    finally:
+        if _procs.alive(old):
+            os.killpg(old, signal.SIGCONT)
+    assert run.rc == 0, run.stdout[-3000:]
+    assert run.recap()["changed"] == 1
+    assert "switched from fast: it runs with this configuration but does not answer" in " ".join(run.stdout.split())
+    assert not _procs.alive(old) and fleet.pid() != old and fleet.health() == 200
+    assert fleet.record()["variant"] == "fast"
+
+
+def test_input_the_module_refuses_leaves_the_running_server_alone(switch, fleet):
+    assert switch("fast", extra={"bench": "never"}).rc == 0
+    pid = fleet.pid()
+    run = switch("slow", extra={"serving_port": 70000})
+    assert run.rc != 0
+    out = " ".join(run.stdout.split())
+    assert "port must be between 1 and 65535, got 70000" in out
+    assert "Nothing was started or stopped." in out and "ROLLED BACK" not in out
+    assert run.recap()["changed"] == 0
+    assert fleet.pid() == pid and fleet.health() == 200 and fleet.record()["variant"] == "fast"
 
 
 @pytest.mark.parametrize("variant, expect", [
