@@ -115,10 +115,11 @@ class RunCollector(object):
             return None
         entry = self._host(host)
         if kind == "gpu":
-            gpu = _pick(result, ("clean", "gpus", "killed", "waited_s", "backend", "msg"))
-            gpu.update(task=task, status=status)
-            entry["gpu_checks"].append(gpu)
+            self._gpu_check(entry, result, task, status)
         elif kind == "server":
+            if isinstance(result.get("gpu_check"), dict):  # inference_server's gpu_check, between stop and start
+                self._gpu_check(entry, dict(result["gpu_check"], msg=result.get("msg") if status != "ok" else None),
+                                "%s (gpu_check)" % task, status)
             if status == "ok" and result.get("pid") is None:
                 return None  # a stop, or a plan that would start: no server to record
             server = _pick(result, ("argv", "pid", "url", "fingerprint", "variant", "ready_s", "msg", "log_tail"))
@@ -133,6 +134,14 @@ class RunCollector(object):
             entry["benchmarks"].append({"task": task, "status": status, "labels": labels,
                                         "client": result.get("client") or {}, "levels": levels})
         return kind
+
+    @staticmethod
+    def _gpu_check(entry, result, task, status):
+        gpu = _pick(result, ("clean", "gpus", "killed", "waited_s", "backend", "msg"))
+        if gpu.get("msg") is None:
+            gpu.pop("msg", None)
+        gpu.update(task=task, status=status)
+        entry["gpu_checks"].append(gpu)
 
     def identity(self, host, bench):
         """(variant, fingerprint) of a benchmark: its labels, else the host's last server result."""

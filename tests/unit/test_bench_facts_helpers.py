@@ -68,6 +68,20 @@ def test_collector_groups_by_host_and_takes_variant_from_labels():
     assert col.identity("h2", col.hosts["h2"]["benchmarks"][0]) == ("base", "fp-b")
 
 
+def test_the_gpu_check_inside_an_inference_server_call_is_a_gpu_check_too():
+    col = bf.RunCollector()
+    col.add("h", "inferops.serving.inference_server", "Serve eagle", dict(SERVER, gpu_check=GPU))
+    col.add("h", "inference_server", "Stop", dict(SERVER, pid=None, gpu_check=dict(GPU, killed=[])))
+    failed = dict(SERVER, failed=True, msg="GPUs not clean (sv was not started): GPU 0 is held", gpu_check=dict(GPU, clean=False))
+    col.add("h", "inference_server", "Serve broken", failed, "failed")
+    checks = col.hosts["h"]["gpu_checks"]
+    assert [(c["task"], c["clean"], c["status"]) for c in checks] == [
+        ("Serve eagle (gpu_check)", True, "ok"), ("Stop (gpu_check)", True, "ok"), ("Serve broken (gpu_check)", False, "failed")]
+    assert checks[0]["killed"] == [{"pid": 4242}] and "msg" not in checks[0]
+    assert checks[2]["msg"].startswith("GPUs not clean")
+    assert [s["task"] for s in col.hosts["h"]["servers"]] == ["Serve eagle", "Serve broken"]  # a stop is no server
+
+
 def test_variant_and_fingerprint_fall_back_to_the_server_result():
     result = bench_result()
     for lvl in result["results"]:
