@@ -104,8 +104,8 @@ def switch(run_playbook, fleet):
         extra_vars = dict(extra or {})
         if variant is not None:
             extra_vars["variant"] = variant
-        return run_playbook(playbook, extra_vars=extra_vars, inventory=fleet.inventory,
-                            env=fleet.gpus.env, **kw)
+        env = dict(fleet.gpus.env, **kw.pop("env", {}))
+        return run_playbook(playbook, extra_vars=extra_vars, inventory=fleet.inventory, env=env, **kw)
     yield run
     run(playbook=STOP)  # leave nothing running
 
@@ -116,12 +116,17 @@ def gpu_check_of(run):
     return checks[-1] if checks else None
 
 
-def test_switch_reclaims_leftover_benchmarks_then_rerun_changes_nothing(switch, fleet):
+def test_switch_reclaims_leftover_benchmarks_then_rerun_changes_nothing(switch, fleet, tmp_path):
     leftover = fleet.gpus.hold(7, args=["vllm", "serve", "old-model"])
-    first = switch("fast")
+    results = tmp_path / "results"
+    first = switch("fast", env={"ANSIBLE_CALLBACKS_ENABLED": "record,inferops.serving.bench_facts",
+                                "INFEROPS_RESULTS_DIR": str(results)})
     assert first.rc == 0, first.stdout[-3000:]
     gpu = gpu_check_of(first)
     assert gpu["clean"] and len(gpu["gpus"]) == 8 and gpu["killed"] == [leftover.pid]
+    run_file, = results.glob("*-switch_variant.json")
+    recorded, = json.loads(run_file.read_text())["hosts"]["localhost"]["gpu_checks"]  # bench_facts has it too
+    assert recorded["task"].endswith("(gpu_check)") and recorded["killed"] == [leftover.pid]
     assert leftover.wait(10) is not None  # the leftover on GPU 7 was really terminated
     assert first.recap()["changed"] == 1 and first.recap()["failed"] == 0  # the one converge call
     levels = levels_of(first)
@@ -243,7 +248,8 @@ def test_stop_verifies_gpus_and_bench_needs_something_serving(switch, fleet):
     stop = switch(playbook=STOP)
     assert stop.rc == 0 and stop.recap()["changed"] >= 1
     assert not _procs.alive(pid) and fleet.record() is None
-    assert stop.result("gpu_idle_check")["clean"]
+    gpu = stop.result("inference_server")["gpu_check"]
+    assert gpu["clean"] and len(gpu["gpus"]) == 8
     nothing = switch(playbook=BENCH)
     assert nothing.rc != 0 and "Nothing serves on localhost" in nothing.stdout
 
