@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units integration molecule awx test-fleet ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
+.PHONY: help setup test lint sanity units integration molecule awx test-fleet test-core-latest ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -45,7 +45,7 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 	rm -rf build/awx-wheel
 	test -f $@ && touch $@
 
-test: setup lint sanity units integration molecule awx test-fleet ## everything CI runs
+test: setup lint sanity units integration molecule awx test-fleet test-core-latest ## everything CI runs
 
 lint: setup ## ansible-lint, production profile
 	ansible-lint --offline --profile production
@@ -79,6 +79,24 @@ FLEET_HOSTS ?= 4
 test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root)
 	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider tests/fleet
 
+# The newest ansible-core too (the supported range is 2.19 to 2.21): its own venv on Python 3.12, then the
+# units and the integration tests of the three modules and the main job (stand-in engines; the real
+# transformers engine runs under 2.19 above).
+PYTHON_LATEST ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.12))
+VENV_LATEST := .venv-core-latest
+$(VENV_LATEST)/.installed: requirements-core-latest.txt
+	@test -n "$(PYTHON_LATEST)" || { echo "test-core-latest: no Python 3.12 found; set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
+	test -x $(VENV_LATEST)/bin/python || $(PYTHON_LATEST) -m venv $(VENV_LATEST)
+	$(VENV_LATEST)/bin/python -m pip install -q --disable-pip-version-check -r requirements-core-latest.txt
+	touch $@
+
+test-core-latest: $(LINK) $(VENV_LATEST)/.installed ## units and module/main-job integration tests under ansible-core 2.21 (Python 3.12)
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/ansible --version | head -1
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider \
+	  tests/integration/test_switch_variant.py tests/integration/test_inference_server.py \
+	  tests/integration/test_gpu_idle_check.py tests/integration/test_throughput_bench.py -k "not transformers"
+
 # The EE build context for AWX: this collection as a tarball at the path execution-environment.yml
 # names, then `ansible-builder create` (no container runtime needed; build it with podman/docker).
 EE_CONTEXT ?= build/ee/context
@@ -110,11 +128,15 @@ $(PEERS_VENV)/guidellm/bin/guidellm:
 	rm -rf $(PEERS_VENV)/guidellm && $(PYTHON) -m venv $(PEERS_VENV)/guidellm
 	$(PEERS_VENV)/guidellm/bin/pip install -q --disable-pip-version-check guidellm==$(GUIDELLM_VERSION)
 
-freeze: ## re-pin requirements-dev.txt from requirements-dev.in
+freeze: ## re-pin requirements-dev.txt and requirements-core-latest.txt from their .in files
 	rm -rf build/freeze && $(PYTHON) -m venv build/freeze
 	build/freeze/bin/pip install -q -r requirements-dev.in
 	{ echo "# Pinned from requirements-dev.in with Python 3.11 (ansible-core 2.19). Regenerate: make freeze"; \
 	  build/freeze/bin/pip freeze; } > requirements-dev.txt
+	rm -rf build/freeze-latest && $(PYTHON_LATEST) -m venv build/freeze-latest
+	build/freeze-latest/bin/pip install -q -r requirements-core-latest.in
+	{ echo "# Pinned from requirements-core-latest.in with Python 3.12 (ansible-core 2.21). Regenerate: make freeze"; \
+	  build/freeze-latest/bin/pip freeze; } > requirements-core-latest.txt
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build tests/output .pytest_cache

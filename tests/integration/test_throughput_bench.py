@@ -155,7 +155,8 @@ def test_api_key_is_used_and_never_shown(run_playbook, standin):
     assert "HTTP 401" in refused["msg"] and "invalid api key" in refused["msg"]
     res = run.result(task="with the key")
     assert res["results"][0]["completed"] == 4
-    assert res["invocation"]["module_args"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    if "invocation" in res:  # ansible-core 2.19 hands the module's arguments to callbacks, 2.21 does not
+        assert res["invocation"]["module_args"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
     assert SECRET not in run.stdout and SECRET not in run.stderr
     assert SECRET not in json.dumps(run.records)
 
