@@ -52,8 +52,8 @@ def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sle
     while True:
         code = sup.exit_code(record)
         if code is not None:
-            raise ServerError("%s exited with code %s before it was ready (after %.1fs); last probe: %s"
-                              % (params["name"], code, clock() - start, last), rc=code)
+            raise ServerError("%s exited %s before it was ready (after %.1fs); last probe: %s"
+                              % (params["name"], _how(code), clock() - start, last), **_rc(code))
         left = deadline - clock()
         result = _engines.probe(host, port, launch.probe_model, params.get("api_key"),
                                 timeout=max(1.0, min(10.0, left)), generate_timeout=max(1.0, min(300.0, left)))
@@ -95,6 +95,18 @@ def _start_reason(record, running, same, fingerprint):
     if not same:
         return "api_key or a credential in env changed"
     return "state=restarted"
+
+
+def _how(code):
+    """How an engine exited, for a message."""
+    if code == _supervisor.EXIT_UNKNOWN:
+        return "(its exit status went to the earlier call that started it)"
+    return "with code %s" % code
+
+
+def _rc(code):
+    """The rc return value: the exit status when it is known."""
+    return {} if code in (None, _supervisor.EXIT_UNKNOWN) else {"rc": code}
 
 
 def _failed_start(sup, record, params, result, exc):
@@ -246,7 +258,7 @@ def _start(params, check_mode, verify_gpus, sup, record, running, result):
         raise _failed_start(sup, record, params, result, ServerError(
             "%s exited before it was ready (started %.1fs ago and left loading by an earlier call); "
             "the next run starts it again" % (params["name"], time.time() - record["started_at"]),
-            rc=sup.exit_code(record)))
+            **_rc(sup.exit_code(record))))
     else:
         result["reason"] = _start_reason(record, running, same, fingerprint)
 

@@ -26,6 +26,9 @@ MARKER_KEY = "INFEROPS_INSTANCE"
 SUPERVISORS = ("auto", "systemd", "process")
 
 
+EXIT_UNKNOWN = -1  # exit_code(): the engine exited, with a status this process cannot know
+
+
 class SupervisorError(RuntimeError):
     pass
 
@@ -212,10 +215,11 @@ class ProcessSupervisor(Base):
                 "log_offset": offset}
 
     def exit_code(self, record):
-        """The engine's exit status once it has exited (None while it runs)."""
+        """The engine's exit status once it has exited (None while it runs; EXIT_UNKNOWN when an earlier
+        call started it, as only the parent could read the status)."""
         if self.proc is not None:
             return self.proc.poll()
-        return None if self.leader_alive(record) else -1
+        return None if self.leader_alive(record) else EXIT_UNKNOWN
 
     def stop(self, record, timeout):
         """TERM the whole process group, KILL it after timeout, then sweep marker carriers."""
@@ -369,9 +373,9 @@ class SystemdSupervisor(Base):
         if props.get("ActiveState") in ("active", "activating", "reloading"):
             return None
         try:
-            return int(props.get("ExecMainStatus") or -1)
+            return int(props.get("ExecMainStatus") or EXIT_UNKNOWN)
         except ValueError:
-            return -1
+            return EXIT_UNKNOWN
 
     def alive(self, record):
         return self.show().get("ActiveState") in ("active", "activating")

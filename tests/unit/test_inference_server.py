@@ -237,13 +237,14 @@ def test_validation_messages():
 
 
 class _Sup(object):
-    def __init__(self, exits_after=None):
+    def __init__(self, exits_after=None, code=1):
         self.exits_after = exits_after
+        self.code = code
         self.calls = 0
 
     def exit_code(self, record):
         self.calls += 1
-        return 1 if self.exits_after is not None and self.calls > self.exits_after else None
+        return self.code if self.exits_after is not None and self.calls > self.exits_after else None
 
 
 def test_wait_ready_limit_elapsed_and_deadline(monkeypatch):
@@ -272,8 +273,13 @@ def test_wait_ready_limit_elapsed_and_deadline(monkeypatch):
     # and the deadline counts from the start too: 9 s loaded already, 1 s left
     with pytest.raises(_server.ServerError, match="not ready within ready_timeout=10.0s"):
         _server.wait_ready(_Sup(), {}, launch, p, clock=clock, sleep=sleep, elapsed=9.0, limit=5.0)
-    with pytest.raises(_server.ServerError, match="exited with code 1 before it was ready"):
+    with pytest.raises(_server.ServerError, match="exited with code 1 before it was ready") as known:
         _server.wait_ready(_Sup(exits_after=2), {}, launch, p, clock=clock, sleep=sleep)
+    assert known.value.extra["rc"] == 1
+    # a resumed wait (another module process) cannot read the status: it says so, and returns no rc
+    with pytest.raises(_server.ServerError, match=r"exited \(its exit status went to the earlier call") as unknown:
+        _server.wait_ready(_Sup(exits_after=0, code=_supervisor.EXIT_UNKNOWN), {}, launch, p, clock=clock, sleep=sleep)
+    assert "rc" not in unknown.value.extra
 
 
 def test_probe_and_port_in_use():
