@@ -239,6 +239,8 @@ def main(argv=None):
                     help="first wait (up to 10 min) until the 1-minute load average is below this")
     ap.add_argument("--json", help="also write the rows to this file")
     cfg = ap.parse_args(argv)
+    # the peers run in a scratch directory: relative paths (make passes build/peers-venv) would miss
+    cfg.peers_venv, cfg.tokenizer = os.path.abspath(cfg.peers_venv), os.path.abspath(cfg.tokenizer)
     levels = [int(x) for x in cfg.levels.split(",") if x]
     ks = [int(x) for x in cfg.k.split(",") if x]
     peer_levels = [int(x) for x in cfg.peer_levels.split(",") if x]
