@@ -177,6 +177,7 @@ class Adapter(object):
             return None
         code = "import importlib.metadata as m; print(m.version(%r))" % self.distribution
         try:
+            # not AnsibleModule.run_command: this must time out on a hung interpreter, which it cannot
             out = subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, timeout=timeout, check=False)
         except (OSError, subprocess.SubprocessError):

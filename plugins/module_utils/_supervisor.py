@@ -199,6 +199,8 @@ class ProcessSupervisor(Base):
         cwd = self.state_dir
         os.makedirs(cwd, exist_ok=True)
         try:
+            # not AnsibleModule.run_command: the engine outlives this call in its own session, its output
+            # goes to the log file, and argv is used as given (run_command expands ~ and $VARS in it)
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                          env=full_env, cwd=cwd, close_fds=True, start_new_session=True)
         except OSError as exc:
@@ -327,6 +329,8 @@ class SystemdSupervisor(Base):
 
     @staticmethod
     def _run(argv):
+        # the default when no runner is handed in (run=, as the unit tests do): module_utils here take no
+        # AnsibleModule, and the unit name passes through unexpanded (run_command expands ~ and $VARS)
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               check=False)
         return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
