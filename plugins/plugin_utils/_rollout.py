@@ -151,7 +151,7 @@ def _now_serving(outcome, before):
         variant = outcome.get("variant")
         previous = outcome.get("previous")
         if status == SWITCHED:
-            return variant, "switched from %s" % (previous or "nothing recorded")
+            return variant, ("switched from %s" % previous) if previous else "started, nothing recorded before"
         if status == UNCHANGED:
             return variant, "served it already"
         if status == ROLLED_BACK:

@@ -160,7 +160,9 @@ def test_switch_reclaims_leftover_benchmarks_then_rerun_changes_nothing(switch, 
 
 
 def test_switch_to_another_variant_stops_the_old_one(switch, fleet):
-    assert switch("fast", extra={"bench": "never"}).rc == 0
+    first = switch("fast", extra={"bench": "never"})
+    assert first.rc == 0, first.stdout[-3000:]
+    assert "started, nothing recorded before: nothing runs" in first.stdout
     old = fleet.pid()
     run = switch("slow", extra={"bench": "never"})
     assert run.rc == 0, run.stdout[-3000:]
