@@ -329,8 +329,8 @@ class SystemdSupervisor(Base):
 
     @staticmethod
     def _run(argv):
-        # the default when no runner is handed in (run=, as the unit tests do): module_utils here take no
-        # AnsibleModule, and the unit name passes through unexpanded (run_command expands ~ and $VARS)
+        # what make() uses (the unit tests hand in a fake as run=): not AnsibleModule.run_command, which
+        # module_utils here are not given, and which would expand ~ and $VARS in the unit name
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               check=False)
         return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")

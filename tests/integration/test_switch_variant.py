@@ -39,7 +39,7 @@ def fake_engine(port, mode):
 
 
 def finished(run, key):
-    """The last async_status result that carries `key` (results: the benchmark, argv: the server)."""
+    """The last async_status result that carries `key` (results: the benchmark's)."""
     found = [r["result"] for r in run.results("async_status") if key in r["result"]]
     assert found, "no async_status result with %s in:\n%s" % (key, run.stdout[-3000:])
     return found[-1]
