@@ -101,6 +101,7 @@ class Adapter(object):
     style = "kebab"
     model_flag = None  # None: the model is positional (in the prefix)
     api_key_flag = "--api-key"
+    api_key_env = None  # an environment variable the engine reads its key from: preferred to the argv
     served_name_flag = "--served-model-name"
     distribution = None  # the Python distribution whose version is read
     default_executable = None
@@ -125,12 +126,19 @@ class Adapter(object):
                                   "served_model_name unset (requests name the model as %r)"
                                   % (self.name, params["model"]))
             tail.append((self.served_name_flag, [params["served_model_name"]]))
-        if params.get("api_key"):
+        if params.get("api_key") and not self.api_key_env:
             if not self.api_key_flag:
                 raise EngineError("engine %s takes no API key that this adapter knows; leave api_key unset, "
                                   "or run it behind a proxy that checks one" % self.name)
             tail.append((self.api_key_flag, [params["api_key"]]))
         return head, tail
+
+    def key_env(self, params):
+        """The API key as the environment variable the engine reads (off the argv, where /proc/PID/cmdline
+        shows it to every local user; /proc/PID/environ is readable by the owner only)."""
+        if params.get("api_key") and self.api_key_env:
+            return {self.api_key_env: params["api_key"]}
+        return {}
 
     def probe_model(self, params):
         return params.get("served_model_name") or params["model"]
@@ -151,6 +159,7 @@ class Adapter(object):
         flags += [(f, v) for f, v in tail if _norm(f) not in overridden]
         env = dict(self.extra_env(params))
         env.update(params.get("env") or {})
+        env.update(self.key_env(params))
         secrets = [params.get("api_key")] + list(_fingerprint.secret_env(params.get("env")).values())
         return Launch(self.name, params["model"], self.prefix(params), flags, env, self.probe_model(params),
                       secrets, version)
@@ -187,6 +196,11 @@ class Adapter(object):
 
 
 class SGLang(Adapter):
+    """`python -m sglang.launch_server --model-path M ...`. SGLang reads its key only from --api-key (0.5.9
+    srt/server_args.py `api_key`; 0.5.23 srt/arg_groups/fields/serving.py): no environment variable sets
+    it, so it stays on the argv (redacted in results). It guards every route but /health*, /metrics
+    (and /ready in 0.5.23) (srt/utils/auth.py)."""
+
     name = "sglang"
     model_flag = "--model-path"
     distribution = "sglang"
@@ -200,8 +214,14 @@ class SGLang(Adapter):
 
 
 class VLLM(Adapter):
+    """`vllm serve MODEL ...`. The API key goes in VLLM_API_KEY, which vLLM uses when no --api-key is given
+    (vllm 0.34.0 vllm/entrypoints/serve/middleware/register.py: `if tokens := [key for key in (args.api_key or
+    [envs.VLLM_API_KEY]) if key]:`; vllm/envs.py: `"VLLM_API_KEY": lambda: os.environ.get("VLLM_API_KEY", None)`).
+    It guards /v1, /v2, /inference and /cohere, not /health (middleware/authenticate.py GUARDED_PREFIX)."""
+
     name = "vllm"
     distribution = "vllm"
+    api_key_env = "VLLM_API_KEY"
     default_executable = "vllm"
     aliases = {"tp-size": "tensor-parallel-size"}
 
@@ -244,11 +264,22 @@ class Transformers(Adapter):
 
 
 class Command(Adapter):
-    """engine=command: the user's full argv; it must serve the OpenAI API on host:port."""
+    """engine=command: the user's full argv; it must serve the OpenAI API on host:port.
+
+    The collection cannot know where an arbitrary program reads an API key, so it never places one: an
+    api_key must already be where the program reads it (in command or env); it is then used by the
+    readiness probe and the benchmark, and redacted from results. Anything else is an error, never a
+    key silently dropped."""
 
     name = "command"
 
     def core(self, params):
+        key = params.get("api_key")
+        if key and not (any(key in arg for arg in params["command"]) or key in (params.get("env") or {}).values()):
+            raise EngineError("engine command: api_key is set but appears nowhere in command or env, and "
+                              "inferops.serving cannot know where your program reads a key; put it where the "
+                              "program reads it (for example '--api-key', KEY in command, or an env variable), "
+                              "or leave api_key unset")
         return [], []
 
     def prefix(self, params):
@@ -318,6 +349,10 @@ def probe(host, port, model, api_key=None, timeout=10.0, generate_timeout=120.0)
         return Probe("loading", "POST /v1/completions: HTTP 200 without choices: %s" % text[:200])
     if status in (400, 401, 403, 404, 422):
         return Probe("refused", "POST /v1/completions on model %r: HTTP %d %s" % (model, status, text[:300]))
+    if status >= 500 and status != 503:
+        # /health says ready but generation fails (a CUDA error, a broken worker): wait_ready gives it a grace
+        # window, then fails with this body instead of waiting out ready_timeout as if it were loading
+        return Probe("error", "POST /v1/completions: HTTP %d %s" % (status, text[:300]))
     return Probe("loading", "POST /v1/completions: HTTP %d %s" % (status, text[:200]))
 
 

@@ -233,36 +233,58 @@ def import_pynvml():
     return pynvml
 
 
-def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False):
-    """One whole check with validated parameters p: open the backend, choose the GPUs, poll and
-    reclaim. Returns the result (with changed, msg and diff); raises CheckFailed when not clean.
-    run(argv) -> (rc, out, err) and find_smi() -> path are the module's."""
-    def no_gpus(why):
+class _Backend(object):
+    """The GPU backend and the GPUs to check, opened as p says; .none holds a no-GPU result instead."""
+
+    def __init__(self, p, run, find_smi, import_pynvml):
+        self.backend, self.indices, self.none = None, [], None
+        try:
+            self.backend = _gpu.open_backend(p["backend"], import_pynvml, run, find_smi)
+        except _gpu.NoDriverError as exc:
+            self.none = self._no_gpus(p, exc)
+            return
+        except _gpu.GpuError as exc:
+            raise CheckFailed(str(exc), {})
+        try:
+            present = self.backend.indices()
+        except _gpu.NoDriverError as exc:
+            present, why = [], exc
+        else:
+            why = "the NVIDIA driver reports no GPUs"
+        if not present:
+            self.close()
+            self.none = self._no_gpus(p, why)
+            return
+        self.indices = present if p["gpus"] is None else sorted(set(p["gpus"]))
+        unknown = sorted(set(self.indices) - set(present))
+        if unknown:
+            self.close()
+            raise CheckFailed("gpus: no GPU with index %s on this host; it has %s"
+                              % (", ".join(map(str, unknown)), ", ".join(map(str, present)) or "none"), {})
+
+    @staticmethod
+    def _no_gpus(p, why):
         if p["require_gpus"]:
             raise CheckFailed("no NVIDIA GPU can be seen: %s (set require_gpus=false on hosts without GPUs)" % why,
                               dict(gpus=[], clean=False, killed=[], backend="none"))
         return dict(changed=False, clean=True, gpus=[], killed=[], waited_s=0.0, backend="none",
                     msg="no NVIDIA GPU on this host: %s" % why)
 
+    def close(self):
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+
+
+def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False):
+    """One whole check with validated parameters p: open the backend, choose the GPUs, poll and
+    reclaim. Returns the result (with changed, msg and diff); raises CheckFailed when not clean.
+    run(argv) -> (rc, out, err) and find_smi() -> path are the module's."""
+    opened = _Backend(p, run, find_smi, import_pynvml)
+    if opened.none is not None:
+        return opened.none
     try:
-        backend = _gpu.open_backend(p["backend"], import_pynvml, run, find_smi)
-    except _gpu.NoDriverError as exc:
-        return no_gpus(exc)
-    except _gpu.GpuError as exc:
-        raise CheckFailed(str(exc), {})
-    try:
-        try:
-            present = backend.indices()
-        except _gpu.NoDriverError as exc:
-            return no_gpus(exc)
-        if not present:
-            return no_gpus("the NVIDIA driver reports no GPUs")
-        indices = present if p["gpus"] is None else sorted(set(p["gpus"]))
-        unknown = sorted(set(indices) - set(present))
-        if unknown:
-            raise CheckFailed("gpus: no GPU with index %s on this host; it has %s"
-                              % (", ".join(map(str, unknown)), ", ".join(map(str, present)) or "none"), {})
-        check = IdleCheck(backend, indices, max_used_mib=p["max_used_mib"], timeout=p["timeout"],
+        check = IdleCheck(opened.backend, opened.indices, max_used_mib=p["max_used_mib"], timeout=p["timeout"],
                           poll_interval=p["poll_interval"], reclaim=p["reclaim"], kill_grace=p["kill_grace"],
                           scope=scope(p), check_mode=check_mode)
         try:
@@ -270,7 +292,7 @@ def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False):
         except _gpu.GpuError as exc:
             raise CheckFailed(str(exc), {})
     finally:
-        backend.close()
+        opened.close()
 
     if result.get("changed"):
         after = _holders(result["gpus"], without=result.get("would_kill", ()))
@@ -279,3 +301,49 @@ def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False):
     if check_mode and result.get("would_kill"):
         result["msg"] = "would signal %s to free the GPUs" % result["would_kill"]
     return result
+
+
+def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml):
+    """Before a stop: what would keep the GPUs from being clean once the processes in spared (the old
+    server's) are gone. One read, signals nothing. Returns (blockers, survey): blockers are messages
+    (an unhealthy GPU, a protected holder, a holder outside the reclaim scope, no GPU at all, an unknown
+    index); survey has the shape of a check's result plus would_kill (what the check would reclaim)
+    and unknown_holders (holders this PID namespace cannot see: maybe ours, from outside a container)."""
+    try:
+        opened = _Backend(p, run, find_smi, import_pynvml)
+    except CheckFailed as exc:
+        return [exc.msg], dict(exc.result, msg=exc.msg)
+    if opened.none is not None:
+        return [], opened.none
+    try:
+        check = IdleCheck(opened.backend, opened.indices, max_used_mib=p["max_used_mib"], reclaim=p["reclaim"],
+                          scope=scope(p), check_mode=True)
+        try:
+            gpus = opened.backend.snapshot(opened.indices, health=True)
+        except _gpu.GpuError as exc:
+            return [str(exc)], {"gpus": [], "clean": False, "backend": opened.backend.name}
+        check._classify(gpus)
+    finally:
+        opened.close()
+    found, would_kill, unknown = [], set(), set()
+    for gpu in gpus:
+        if gpu["health"]["problems"]:
+            found.append("GPU %d (%s) is unhealthy: %s" % (gpu["index"], gpu["uuid"], ", ".join(gpu["health"]["problems"])))
+        for proc in gpu["processes"]:
+            if proc["pid"] in spared or proc["verdict"] == "self":
+                continue
+            if proc["verdict"] == "invisible":
+                unknown.add(proc["pid"])
+            elif proc["verdict"] == "reclaim" and p["reclaim"]:
+                would_kill.add(proc["pid"])
+            elif proc["verdict"] == "protected":
+                found.append("GPU %d is held by protected process %s (pid %d), which is never signalled"
+                             % (gpu["index"], proc.get("name") or "?", proc["pid"]))
+            else:
+                used = "" if proc.get("used_mib") is None else ", %d MiB" % proc["used_mib"]
+                found.append("GPU %d is held by pid %d %s%s, which the stop does not end and gpu_check does not "
+                             "reclaim (%s)" % (gpu["index"], proc["pid"], proc.get("name") or "?", used,
+                                               "not matched by reclaim_match" if p["reclaim"] else "reclaim=false"))
+    survey = {"gpus": gpus, "clean": not found and all(g["clean"] for g in gpus), "backend": check.backend.name,
+              "would_kill": sorted(would_kill), "unknown_holders": sorted(unknown), "killed": []}
+    return found, survey

@@ -142,6 +142,49 @@ def ancestors(pid=None, root=PROC_ROOT):
     return chain
 
 
+def _listening_inodes(port, root=PROC_ROOT):
+    """Socket inodes listening on TCP port (any address, IPv4 and IPv6), from /proc/net/tcp{,6}."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = _read(os.path.join(root, "net", table)).splitlines()[1:]
+        except (IOError, OSError):
+            continue
+        for line in lines:
+            fields = line.split()
+            # sl local_address rem_address st ... inode: st 0A is LISTEN
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def listeners(port, root=PROC_ROOT):
+    """The processes with a socket listening on TCP port (those this process may inspect)."""
+    inodes = _listening_inodes(port, root)
+    if not inodes:
+        return []
+    wanted = set("socket:[%s]" % inode for inode in inodes)
+    found = []
+    for entry in os.listdir(root):
+        if not entry.isdigit():
+            continue
+        fd_dir = os.path.join(root, entry, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except (IOError, OSError):
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(os.path.join(fd_dir, fd)) in wanted:
+                    info = read_proc(int(entry), root)
+                    if info is not None:
+                        found.append(info)
+                    break
+            except (IOError, OSError):
+                continue
+    return found
+
+
 def environ_has(pid, key, value, root=PROC_ROOT):
     """True when the process's initial environment has key=value (the instance marker)."""
     try:

@@ -1,81 +1,32 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The inference_server lifecycle: desired launch vs recorded state → keep, start, restart or stop,
-then health-gate the new server. Standard library only; the module is a thin wrapper over reconcile().
+"""The inference_server lifecycle: desired launch vs recorded state → keep, relabel, switch or stop.
+Standard library only; the module is a thin wrapper over reconcile().
+
+Every change of an instance happens under its lock (_lock). Before anything is stopped, everything that
+can be known is checked (_preflight): a blocker fails with "nothing was stopped". A switch (stop, GPU
+check, start, wait, and on failure restore what served) is one transaction that the host carries out
+by itself (_switch); this module waits for it (ready_wait) and reports its outcome.
 """
 
 from __future__ import annotations
 
 import time
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _idle_check, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import (
+    _engines, _fingerprint, _idle_check, _lock, _preflight, _supervisor, _switch)
 
-
-class ServerError(RuntimeError):
-    """A failure to report with fail_json; extra holds the result fields (log_tail, rc, ...)."""
-
-    def __init__(self, msg, **extra):
-        RuntimeError.__init__(self, msg)
-        self.extra = extra
-
-
-def probe_host(host):
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    if host == "::":
-        return "::1"
-    return host
-
-
-def url_of(host, port):
-    host = probe_host(host)
-    return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
-
-
-def _secrets(params, launch):
-    return {"api_key": params.get("api_key") or "",
-            "env": _fingerprint.secret_env(params.get("env"))}
-
-
-def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sleep, elapsed=0.0, limit=None):
-    """Poll /health then a 1-token generation until ready; fail at once if the engine exits.
-
-    elapsed: seconds the server has loaded already (a resumed wait; ready_timeout counts from its
-    start). limit: seconds this call may wait (None: until ready_timeout). Returns the seconds from
-    start to ready, or None when limit ran out first (the server keeps loading)."""
-    start = clock() - elapsed
-    deadline = start + params["ready_timeout"]
-    stop_at = deadline if limit is None else min(deadline, clock() + limit)
-    host, port = probe_host(params["host"]), params["port"]
-    last = "no answer yet"
-    while True:
-        code = sup.exit_code(record)
-        if code is not None:
-            raise ServerError("%s exited %s before it was ready (after %.1fs); last probe: %s"
-                              % (params["name"], _how(code), clock() - start, last), **_rc(code))
-        left = deadline - clock()
-        result = _engines.probe(host, port, launch.probe_model, params.get("api_key"),
-                                timeout=max(1.0, min(10.0, left)), generate_timeout=max(1.0, min(300.0, left)))
-        last = result.detail
-        if result.state == "ready":
-            return round(clock() - start, 3)
-        if result.state == "refused":
-            raise ServerError("%s answers /health but refuses the readiness generation: %s"
-                              % (params["name"], result.detail))
-        now = clock()
-        if now >= deadline:
-            raise ServerError("%s was not ready within ready_timeout=%ss; last probe: %s"
-                              % (params["name"], params["ready_timeout"], last), timed_out=True)
-        if now >= stop_at:
-            return None
-        sleep(min(0.25, max(0.0, stop_at - now)))
-
+ServerError = _switch.ServerError
+probe_host = _switch.probe_host
+url_of = _switch.url_of
+wait_ready = _switch.wait_ready
 
 SERVING = "it serves with this configuration and is healthy"
 LOADING = "it is loading with this configuration (started by an earlier call)"
 RUNS = "it runs with this configuration (not probed: wait=false)"
 NOT_ANSWERING = "it runs with this configuration but does not answer"
+RELABEL = "it serves with this configuration under another variant label: the label changes, nothing restarts"
 
 
 def _serves(params, launch):
@@ -97,115 +48,161 @@ def _start_reason(record, running, same, fingerprint):
     return "state=restarted"
 
 
-def _how(code):
-    """How an engine exited, for a message."""
-    if code == _supervisor.EXIT_UNKNOWN:
-        return "(its exit status went to the earlier call that started it)"
-    return "with code %s" % code
-
-
-def _rc(code):
-    """The rc return value: the exit status when it is known."""
-    return {} if code in (None, _supervisor.EXIT_UNKNOWN) else {"rc": code}
-
-
-def _failed_start(sup, record, params, result, exc):
-    """Stop a start that failed (nothing is left running), and the ServerError that says why."""
-    log_tail = _supervisor.tail(sup.log_path, 40, record.get("log_offset", 0))
-    sup.stop(record, params["stop_timeout"])
-    sup.store.clear()
-    if not isinstance(exc, ServerError):
-        exc = ServerError("%s: %s" % (type(exc).__name__, exc))
-    exc.extra.setdefault("log_tail", log_tail)
-    for key, value in result.items():
-        exc.extra.setdefault(key, value)
-    return exc
-
-
-def _await_start(sup, record, launch, params, result, elapsed=0.0):
-    """Wait (up to ready_wait in this call) for a server this module started; record the outcome.
-    A failure stops it. Fills result's ready_s, healthy and loading."""
-    try:
-        ready_s = wait_ready(sup, record, launch, params, elapsed=elapsed, limit=params.get("ready_wait"))
-    except BaseException as exc:
-        raise _failed_start(sup, record, params, result, exc)
-    if ready_s is None:
-        record["loading"] = True
-    else:
-        record.pop("loading", None)
-        record["ready_s"] = ready_s
-    sup.store.save(record)
-    result.update(ready_s=record.get("ready_s"), healthy=ready_s is not None, loading=ready_s is None)
-
-
-def _check_gpus(verify_gpus, params, result, what, preview=False):
-    """gpu_check after the stop (before the start: a failure starts nothing). preview (check mode): one
-    read of the GPUs, reported and never failed, since the old server still holds them then."""
-    if not params.get("gpu_check"):
-        return
-    check = dict(params["gpu_check"])
-    if preview:
-        check.update(timeout=check["poll_interval"], kill_grace=check["poll_interval"] / 2.0)
-    try:
-        result["gpu_check"] = verify_gpus(check, preview)
-    except _idle_check.CheckFailed as exc:
-        if preview:
-            result["gpu_check"] = dict(exc.result, msg=exc.msg)
-            return
-        result["gpu_check"] = exc.result
-        raise ServerError("GPUs not clean %s: %s" % (what, exc.msg), **result)
-
-
-def _wait_port_free(host, port, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while _engines.port_in_use(host, port):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def current_of(record, running):
     """What the state file says runs now (before this run), for the caller's rollback; no secrets."""
     if not record:
         return None
-    keys = ("variant", "fingerprint", "url", "pid", "engine", "model", "argv", "started_at", "ready_s")
+    keys = ("variant", "fingerprint", "url", "pid", "engine", "model", "argv", "started_at", "ready_s", "loading")
     current = dict((key, record.get(key)) for key in keys)
     current["running"] = running
     return current
 
 
-def reconcile(params, check_mode=False, verify_gpus=None):
+def _before(record):
+    if not record:
+        return {}
+    return {"argv": record.get("argv"), "fingerprint": record.get("fingerprint"), "variant": record.get("variant")}
+
+
+class Gpus(object):
+    """The GPU check and the preflight's GPU survey, bound to the module's run_command."""
+
+    def __init__(self, run=None, find_smi=None):
+        self.run = run
+        self.find_smi = find_smi
+
+    def verify(self, check, check_mode=False):
+        return _idle_check.verify(check, self.run, self.find_smi, check_mode=check_mode)
+
+
+class Context(object):
+    """One call: its parameters, supervisor, state files and GPU access."""
+
+    def __init__(self, params, check_mode, gpus):
+        self.params = params
+        self.check_mode = check_mode
+        self.gpus = gpus or Gpus()
+        self.kind = _supervisor.choose(params["supervisor"])
+        self.sup = _supervisor.make(self.kind, params["name"], params["state_dir"], params["log_dir"],
+                                    params["stop_timeout"])
+        self.launches = _switch.launches(params["state_dir"], params["name"])
+        self.journal = _switch.journal(params["state_dir"], params["name"])
+        self.lock = None
+        self.result = {"argv": None, "fingerprint": None, "variant": params.get("variant"),
+                       "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
+                       "engine_version": None, "supervisor": self.kind, "log": self.sup.log_path,
+                       "state_file": self.sup.store.path, "healthy": None, "loading": False, "reason": None,
+                       "outcome": None}
+
+    def load(self):
+        record = self.sup.store.load()
+        if record and record.get("corrupt"):
+            record = None
+        return record, bool(record) and self.sup.alive(record)
+
+
+def reconcile(params, check_mode=False, gpus=None):
     """Returns (changed, result, diff). Raises ServerError on failure, its extra carrying the result so far
-    (current: what ran before this call, for the caller's rollback).
-    verify_gpus(check_params, check_mode) runs params["gpu_check"] (_idle_check.verify, bound to the module)."""
-    kind = _supervisor.choose(params["supervisor"])
-    sup = _supervisor.make(kind, params["name"], params["state_dir"], params["log_dir"], params["stop_timeout"])
-    record = sup.store.load()
-    if record and record.get("corrupt"):
-        record = None
-    running = bool(record) and sup.alive(record)
-    result = {"argv": None, "fingerprint": None, "variant": params.get("variant"),
-              "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
-              "engine_version": None, "supervisor": kind, "log": sup.log_path, "state_file": sup.store.path,
-              "healthy": None, "loading": False, "reason": None, "current": current_of(record, running)}
-    converge = _stop if params["state"] == "stopped" else _start
+    and the outcome (nothing_stopped, rolled_back, restore_failed)."""
+    ctx = Context(params, check_mode, gpus)
     try:
-        return converge(params, check_mode, verify_gpus, sup, record, running, result)
+        if params.get("switch_id"):
+            return _join(ctx, params["switch_id"])
+        if params["state"] == "stopped":
+            return _locked(ctx, "stop", None, _stop)
+        adapter = _engines.adapter(params["engine"])
+        version = adapter.version(params)
+        launch = adapter.build(params, version)
+        ctx.result.update(argv=launch.public_argv, fingerprint=launch.fingerprint, engine_version=version)
+        what = "switch to %s (%s)" % (params.get("variant") or params["name"], launch.fingerprint[:19])
+        return _locked(ctx, what, launch, lambda c: _start(c, adapter, version, launch))
     except (_engines.EngineError, _supervisor.SupervisorError) as exc:
-        raise ServerError(str(exc), **result)
+        raise ServerError(str(exc) if params["state"] == "stopped" else "nothing was stopped: %s" % exc,
+                          **dict(ctx.result, outcome=None if params["state"] == "stopped" else _switch.NOTHING_STOPPED))
     except ServerError as exc:
-        for key, value in result.items():
+        for key, value in ctx.result.items():
             exc.extra.setdefault(key, value)
         raise
 
 
-def _before(record):
-    return {"argv": record.get("argv"), "fingerprint": record.get("fingerprint")} if record else {}
+def _locked(ctx, what, launch, converge):
+    """converge(ctx) under the instance lock. A state=started call that finds a switch to this very
+    configuration under way joins it instead of waiting for the lock."""
+    params = ctx.params
+    lock = _lock.InstanceLock(params["state_dir"], params["name"])
+    joining = {}
+
+    def join_if_same(holder):
+        data = ctx.journal.load() or {}
+        target = data.get("target") or {}
+        if (launch is None or params["state"] != "started" or data.get("outcome")
+                or target.get("fingerprint") != launch.fingerprint or target.get("secrets_salt") is None
+                or target.get("secrets_digest") != _fingerprint.secrets_digest(target["secrets_salt"],
+                                                                                _switch.secrets_of(params))):
+            return False
+        joining.update(data)
+        return True
+
+    try:
+        taken = lock.acquire(what, params["lock_timeout"], join_if_same, create=not ctx.check_mode)
+    except _lock.Busy as exc:
+        raise _switch.nothing_stopped(str(exc), lock_holder=exc.holder)
+    except OSError as exc:
+        raise _switch.nothing_stopped("cannot take the lock %s: %s" % (lock.path, exc.strerror or exc))
+    if taken is None:
+        return _join(ctx, joining["id"])
+    ctx.lock = lock
+    try:
+        return converge(ctx)
+    finally:
+        lock.release()  # a no-op once a switch process took the lock over
 
 
-def _stop(params, check_mode, verify_gpus, sup, record, running, result):
+def _join(ctx, switch_id):
+    """Wait for a switch under way (by its id) and report its outcome; starts and stops nothing."""
+    params = ctx.params
+    record, running = ctx.load()
+    ctx.result["current"] = current_of(record, running)
+    data = _switch.await_switch(switch_id, params["state_dir"], params["name"],
+                                limit=params.get("ready_wait") if params["wait"] else 0.0)
+    return _outcome(ctx, data, False, {})
+
+
+def _outcome(ctx, data, starter, diff):
+    """(changed, result, diff) from a switch's journal, or the ServerError that says how it failed."""
+    result = ctx.result
+    result["switch"] = {"id": data.get("id"), "pid": data.get("pid"), "phase": data.get("phase")}
+    for key in ("stopped_pids", "gpu_check", "log_tail", "restored"):
+        if data.get(key) is not None:
+            result[key] = data[key]
+    target = data.get("target") or {}
+    if not result.get("fingerprint"):
+        result.update(fingerprint=target.get("fingerprint"), variant=target.get("variant"))
+    outcome = data.get("outcome")
+    if outcome is None:  # still under way: the host finishes it; a later call joins it by result.switch.id
+        result.update(loading=True, healthy=False, outcome=_switch.LOADING, pid=data.get("server_pid"),
+                      reason=result.get("reason") or LOADING)
+        return starter, result, diff
+    if outcome == _switch.READY:
+        record = ctx.sup.store.load() or {}
+        result.update(pid=record.get("pid"), ready_s=record.get("ready_s"), started_at=record.get("started_at"),
+                      healthy=True, loading=False, outcome=_switch.READY)
+        return starter, result, diff
+    extra = dict(result, outcome=outcome, changed=outcome != _switch.NOTHING_STOPPED or bool(data.get("server_pid")))
+    for key in ("rc", "failure", "outcome_msg", "restore_error", "timed_out"):
+        if data.get(key) is not None:
+            extra[key] = data[key]
+    if outcome in _switch.FAILURES:
+        record = ctx.sup.store.load() or {}
+        extra.update(pid=record.get("pid"), healthy=bool(record) and outcome == _switch.ROLLED_BACK)
+    raise ServerError(data.get("msg") or "switch %s ended: %s" % (data.get("id"), outcome), **extra)
+
+
+def _stop(ctx):
     """state=stopped: needs no engine or model, as the state file says what runs."""
+    params, sup, result = ctx.params, ctx.sup, ctx.result
+    record, running = ctx.load()
+    result["current"] = current_of(record, running)
     strays = sup.carriers()
     changed = running or bool(strays) or bool(record)
     diff = {"before": _before(record), "after": {}}
@@ -215,89 +212,112 @@ def _stop(params, check_mode, verify_gpus, sup, record, running, result):
     elif params.get("engine") and params.get("model"):
         launch = _engines.adapter(params["engine"]).build(params)
         result.update(argv=launch.public_argv, fingerprint=launch.fingerprint)
-    if changed and not check_mode:
+    if changed and not ctx.check_mode:
+        problem = _preflight.dir_problem("state_dir", params["state_dir"], create=True)
+        if problem:  # the state file must be able to say that nothing runs any more
+            raise _switch.nothing_stopped(problem)
         result["stopped_pids"] = sup.stop(record, params["stop_timeout"])
         if result["supervisor"] == "systemd":
             sup.remove()
         sup.store.clear()
-    if not check_mode:
-        _check_gpus(verify_gpus, params, result, "after stopping %s" % params["name"])
+        ctx.launches.clear()
+    result["outcome"] = _switch.STOPPED if changed else _switch.UNCHANGED
+    if not ctx.check_mode and params.get("gpu_check"):
+        try:
+            result["gpu_check"] = ctx.gpus.verify(dict(params["gpu_check"]), False)
+        except _idle_check.CheckFailed as exc:
+            result["gpu_check"] = exc.result
+            raise ServerError("GPUs not clean after stopping %s: %s" % (params["name"], exc.msg), **result)
     return changed, result, diff
 
 
-def _start(params, check_mode, verify_gpus, sup, record, running, result):
-    """state=started (keep a healthy server of this configuration, else replace or start it) and restarted."""
-    adapter = _engines.adapter(params["engine"])
-    version = adapter.version(params)
-    launch = adapter.build(params, version)
-    fingerprint = launch.fingerprint
-    result.update(argv=launch.public_argv, fingerprint=fingerprint, engine_version=version)
-    secrets = _secrets(params, launch)
-    same = (bool(record) and record.get("fingerprint") == fingerprint and
-            record.get("secrets_digest") == _fingerprint.secrets_digest(record.get("secrets_salt", ""), secrets))
-    after = {"argv": launch.public_argv, "fingerprint": fingerprint}
-    diff = {"before": _before(record), "after": after}
-    if same and running and params["state"] == "started":
-        result.update(pid=record.get("pid"), ready_s=record.get("ready_s"), started_at=record.get("started_at"))
-        # never ready yet: left loading by an earlier call (wait=false, ready_wait), or by a run that was cut short
-        loading = bool(record.get("loading")) or record.get("ready_s") is None
-        if not params["wait"] and not check_mode:
-            result.update(loading=loading, reason=LOADING if loading else RUNS)
-            return False, result, diff
-        if loading and not check_mode:  # wait for it, no restart; fails with the log tail if it exited
-            result["reason"] = LOADING
-            _await_start(sup, record, launch, params, result, elapsed=max(0.0, time.time() - record["started_at"]))
-            return False, result, diff
-        result["healthy"] = _serves(params, launch)
-        if result["healthy"] or loading:
-            result.update(loading=loading and not result["healthy"], reason=SERVING if result["healthy"] else LOADING)
-            return False, result, diff
-        result["reason"] = NOT_ANSWERING  # it served with this configuration and no longer answers: restart it
-    elif same and params["state"] == "started" and record.get("loading") and not check_mode:
-        # a start that an earlier call left loading has exited: report it, don't start it again silently
-        raise _failed_start(sup, record, params, result, ServerError(
-            "%s exited before it was ready (started %.1fs ago and left loading by an earlier call); "
-            "the next run starts it again" % (params["name"], time.time() - record["started_at"]),
-            **_rc(sup.exit_code(record))))
-    else:
-        result["reason"] = _start_reason(record, running, same, fingerprint)
+def _restore_target(ctx, record, running):
+    """What a failed switch restores: the last server that was ready (public record, its parameters)."""
+    stored = ctx.launches.load() or {}
+    if record and record.get("previous"):  # a switch that never finished: what served before it
+        return record["previous"], stored.get("previous")
+    if record and running and not record.get("loading"):
+        return _switch.public(record), stored.get("current")
+    return None, None
 
-    if check_mode:
-        _check_gpus(verify_gpus, params, result, "", preview=True)
-        return True, result, diff
 
-    if record or sup.carriers():
-        result["stopped_pids"] = sup.stop(record, params["stop_timeout"])
-        sup.store.clear()
-        if not _wait_port_free(params["host"], params["port"]):
-            raise ServerError("port %d on %s is still taken after stopping the old %s" %
-                              (params["port"], params["host"], params["name"]))
-    _check_gpus(verify_gpus, params, result, "(%s was not started)" % params["name"])
-    if _engines.port_in_use(params["host"], params["port"]):
-        raise ServerError("port %d on %s is already in use by a process that is not instance %r; "
-                          "choose another port or stop that process (nothing was started)"
-                          % (params["port"], params["host"], params["name"]))
-
-    salt = _fingerprint.new_salt()
-    started = sup.start(launch.argv, launch.env)
-    record = {"name": params["name"], "engine": params["engine"], "model": params["model"],
-              "served_model_name": params.get("served_model_name"),
-              "variant": params.get("variant"), "fingerprint": fingerprint, "argv": launch.public_argv,
-              "port": params["port"], "host": params["host"], "url": result["url"],
-              "supervisor": result["supervisor"], "marker": sup.marker, "started_at": time.time(),
-              "engine_version": version, "secrets_salt": salt, "secrets_digest": _fingerprint.secrets_digest(salt, secrets)}
-    record.update(started)
-    sup.store.save(record)
-    result.update(pid=record["pid"], started_at=record["started_at"])
-    if params["wait"]:
-        _await_start(sup, record, launch, params, result)
-        return True, result, diff
-    time.sleep(0.5)
-    code = sup.exit_code(record)
-    if code is not None:
-        raise _failed_start(sup, record, params, result, ServerError(
-            "%s exited with code %s right after start" % (params["name"], code), rc=code))
-    record["loading"] = True
-    sup.store.save(record)
-    result["loading"] = True
+def _keep(ctx, record, launch, healthy, diff):
+    """A running server of this configuration stays; a different variant label is recorded, no restart."""
+    params, result = ctx.params, ctx.result
+    result.update(pid=record.get("pid"), ready_s=record.get("ready_s"), started_at=record.get("started_at"),
+                  healthy=healthy, outcome=_switch.UNCHANGED, reason=SERVING if healthy else RUNS)
+    if record.get("variant") == params.get("variant") or not params.get("variant"):
+        return False, result, diff
+    result.update(outcome=_switch.RELABELLED, reason=RELABEL)
+    diff = {"before": {"variant": record.get("variant")}, "after": {"variant": params["variant"]}}
+    if not ctx.check_mode:
+        problem = _preflight.dir_problem("state_dir", params["state_dir"], create=True)
+        if problem:
+            raise _switch.nothing_stopped(problem)
+        record["variant"] = params["variant"]
+        ctx.sup.store.save(record)
+        stored = ctx.launches.load() or {}
+        if stored.get("current"):
+            stored["current"]["variant"] = params["variant"]
+            ctx.launches.save(stored)
     return True, result, diff
+
+
+def _start(ctx, adapter, version, launch):
+    """state=started (keep a healthy server of this configuration, else switch to it) and restarted."""
+    params, sup, result = ctx.params, ctx.sup, ctx.result
+    record, running = ctx.load()
+    result["current"] = current_of(record, running)
+    secrets = _switch.secrets_of(params)
+    same = (bool(record) and record.get("fingerprint") == launch.fingerprint and
+            record.get("secrets_digest") == _fingerprint.secrets_digest(record.get("secrets_salt", ""), secrets))
+    diff = {"before": _before(record),
+            "after": {"argv": launch.public_argv, "fingerprint": launch.fingerprint, "variant": params.get("variant")}}
+    previous, previous_params = _restore_target(ctx, record, running)
+    what = "switch to %s (%s)" % (params.get("variant") or params["name"], launch.fingerprint[:19])
+    started = params["state"] == "started"
+    if same and started and (running or record.get("loading")):
+        loading = bool(record.get("loading")) or record.get("ready_s") is None
+        if running and not params["wait"] and not ctx.check_mode:
+            if loading:
+                result.update(loading=True, outcome=_switch.LOADING, reason=LOADING, pid=record.get("pid"))
+                return False, result, diff
+            return _keep(ctx, record, launch, None, diff)
+        if loading:  # left loading by a switch that did not finish (its process died): wait for it here
+            result.update(reason=LOADING, pid=record.get("pid"))
+            if ctx.check_mode:
+                result.update(loading=True, outcome=_switch.LOADING)
+                return False, result, diff
+            switch = _switch.Switch(sup, params, launch, version, record, False, False, previous, previous_params,
+                                    ctx.gpus.verify, what)
+            return _run(ctx, switch, False, diff)
+        healthy = _serves(params, launch)
+        if healthy:
+            return _keep(ctx, record, launch, True, diff)
+        result["reason"] = NOT_ANSWERING  # it served with this configuration and no longer answers: restart it
+    else:
+        result["reason"] = _start_reason(record, running, same, launch.fingerprint)
+
+    spared = sup.processes(record)
+    blockers, survey = _preflight.check(params, adapter, record, running, spared, ctx.gpus.run, ctx.gpus.find_smi,
+                                        create=not ctx.check_mode)
+    result["blockers"] = blockers
+    if survey is not None:
+        result["gpu_check"] = survey
+    if blockers:
+        raise _switch.nothing_stopped("; ".join(blockers), **result)
+    if ctx.check_mode:
+        return True, result, diff
+    switch = _switch.Switch(sup, params, launch, version, record, bool(record) or bool(spared), True, previous,
+                            previous_params, ctx.gpus.verify, what)
+    return _run(ctx, switch, True, diff)
+
+
+def _run(ctx, switch, starter, diff):
+    """Hand the switch (and the lock) to a detached process, then wait for it as ready_wait and wait say."""
+    params = ctx.params
+    pid = _switch.detach(switch, ctx.lock)
+    data = _switch.await_switch(switch.data["id"], params["state_dir"], params["name"], pid=pid,
+                                limit=params.get("ready_wait") if params["wait"] else None,
+                                started_limit=None if params["wait"] else 0.5)
+    return _outcome(ctx, data, starter, diff)

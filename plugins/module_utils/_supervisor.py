@@ -58,11 +58,18 @@ def choose(supervisor):
 def write_atomic(path, text, mode=0o600):
     tmp = "%s.tmp.%d" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written file left behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def tail(path, lines=40, offset=0, max_bytes=65536):
@@ -133,6 +140,17 @@ class Base(object):
             if _procs.environ_has(info.pid, MARKER_KEY, self.marker, self.root):
                 found[info.pid] = info.starttime
         return found
+
+    def processes(self, record):
+        """Every live process of the instance: the recorded process group (when its leader is still the
+        recorded process) and the marker carriers. {pid: starttime}."""
+        members = self.carriers()
+        if self.leader_alive(record):
+            pgid = record.get("pgid") or record["pid"]
+            for info in _procs.list_procs(self.root):
+                if info.pgid == pgid and info.state not in ("Z", "X"):
+                    members[info.pid] = info.starttime
+        return members
 
     def leader_alive(self, record):
         if not record or not record.get("pid"):

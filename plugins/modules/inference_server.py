@@ -421,6 +421,10 @@ def validate(p):
     for key in ("ready_timeout", "stop_timeout"):
         if p[key] <= 0:
             errors.append("%s must be a positive number of seconds, got %s" % (key, p[key]))
+    if p["lock_timeout"] < 0:
+        errors.append("lock_timeout must be 0 or more seconds, got %s" % p["lock_timeout"])
+    if p["switch_id"] is not None and not re.match(r"^[0-9a-f]{16}$", p["switch_id"]):
+        errors.append("switch_id must be the switch.id an earlier call returned (16 hex digits), got %r" % p["switch_id"])
     if p["ready_wait"] is not None and p["ready_wait"] < 0:
         errors.append("ready_wait must be 0 or more seconds, got %s" % p["ready_wait"])
     if p["gpu_check"]:
@@ -460,6 +464,8 @@ def main():
             state_dir=dict(type="path", default="/var/lib/inferops/serving"),
             log_dir=dict(type="path", default="/var/log/inferops"),
             supervisor=dict(type="str", default="auto", choices=list(_supervisor.SUPERVISORS)),
+            lock_timeout=dict(type="float", default=60.0),
+            switch_id=dict(type="str"),
         ),
         required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],
         supports_check_mode=True,
@@ -467,18 +473,16 @@ def main():
     p = dict(module.params)
     errors = validate(p)
     if errors:
-        module.fail_json(msg="; ".join(errors))
+        module.fail_json(msg="; ".join(errors), outcome="nothing_stopped", failure="; ".join(errors),
+                         outcome_msg="nothing was stopped")
     p["env"] = dict((str(k), str(v)) for k, v in (p["env"] or {}).items())
     p["state_dir"] = os.path.abspath(p["state_dir"])
     p["log_dir"] = os.path.abspath(p["log_dir"])
     module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
-    def verify_gpus(check_params, check_mode):
-        return _idle_check.verify(check_params, module.run_command, lambda: module.get_bin_path("nvidia-smi"),
-                                  check_mode=check_mode)
-
+    gpus = _server.Gpus(module.run_command, lambda: module.get_bin_path("nvidia-smi"))
     try:
-        changed, result, diff = _server.reconcile(p, check_mode=module.check_mode, verify_gpus=verify_gpus)
+        changed, result, diff = _server.reconcile(p, check_mode=module.check_mode, gpus=gpus)
     except _engines.EngineError as exc:
         module.fail_json(msg=str(exc))
     except _server.ServerError as exc:

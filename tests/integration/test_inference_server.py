@@ -156,7 +156,8 @@ def test_port_taken_by_something_else_is_a_clear_error(run_playbook, dirs, port)
         sock.close()
     assert run.rc != 0
     res = run.result("inference_server")
-    assert "port %d on 127.0.0.1 is already in use" % port in res["msg"]
+    assert res["msg"].startswith("nothing was stopped: port %d on 127.0.0.1 is taken by pid %d" % (port, os.getpid()))
+    assert res["outcome"] == "nothing_stopped" and res["blockers"]
     assert res.get("pid") is None
     assert not os.path.exists(os.path.join(dirs["state_dir"], "busy.json"))
     assert carriers("busy", dirs["state_dir"]) == []
@@ -240,16 +241,21 @@ def test_ready_wait_leaves_it_loading_and_a_later_call_resumes_or_reports_the_cr
     assert "loading" not in json.load(open(os.path.join(dirs["state_dir"], "resume.json")))
     run_playbook(play(dict(srv, state="stopped")))
 
-    # left loading, then the engine exits: the next call says so (with the log tail), starts nothing
+    # left loading, then the engine exits: the host cleans up by itself (nothing served before), and a
+    # call that joins the switch by its id reports how it ended, with the log tail, starting nothing
     crash = fake("resume", port, dirs, mode="exit", load_s=1, ready_wait=0)
     left = run_playbook(play(crash))
     assert left.rc == 0 and left.result("inference_server")["loading"] is True, left.stdout[-3000:]
+    switch = left.result("inference_server")["switch"]
     time.sleep(1.5)
-    failed = run_playbook(play(crash))
+    assert not os.path.exists(os.path.join(dirs["state_dir"], "resume.json"))
+    failed = run_playbook(play(dict(crash, switch_id=switch["id"])))
     assert failed.rc != 0
     msg = failed.result("inference_server")
-    assert "exited before it was ready" in msg["msg"] and "cannot load" in " ".join(msg["log_tail"])
-    assert not os.path.exists(os.path.join(dirs["state_dir"], "resume.json"))
+    assert "exited with code 3 before it was ready" in msg["msg"] and "cannot load" in " ".join(msg["log_tail"])
+    assert msg["msg"].endswith("nothing was stopped: nothing served before, and the failed start was cleaned up")
+    assert msg["outcome"] == "nothing_stopped" and msg["rc"] == 3
+    assert carriers("resume", dirs["state_dir"]) == [] and not _procs.alive(switch["pid"])
 
 
 def test_gpu_check_between_stop_and_start(run_playbook, dirs, port, fake_gpus):
@@ -259,15 +265,21 @@ def test_gpu_check_between_stop_and_start(run_playbook, dirs, port, fake_gpus):
         assert run.rc == 0, run.stdout[-3000:]
         res = run.result("inference_server")
         assert res["gpu_check"]["clean"] is True and len(res["gpu_check"]["gpus"]) == 8
-        # something we must not touch holds GPU 3: the old server is stopped, the new one not started
+        pid = res["pid"]
+        # something we must not touch holds GPU 3: found before the stop, so the old server keeps serving
         bystander = fake_gpus.hold(3, used_mib=4096)
         moved = dict(srv, variant="other")
-        run = run_playbook(play(dict(moved, state="restarted")), env=fake_gpus.env)
-        assert run.rc != 0
-        res = run.result("inference_server")
-        assert "GPUs not clean" in res["msg"] and "GPU 3" in res["msg"] and "was not started" in res["msg"]
-        assert res["gpu_check"]["clean"] is False and bystander.poll() is None
-        assert carriers("gpus", dirs["state_dir"]) == [] and not _port_open(port)
+        for check in (True, False):
+            run = run_playbook(play(dict(moved, state="restarted")), env=fake_gpus.env, check=check)
+            assert run.rc != 0
+            res = run.result("inference_server")
+            assert res["msg"] == ("nothing was stopped: GPU 3 is held by pid %d %s, 4096 MiB, which the stop does not "
+                                  "end and gpu_check does not reclaim (reclaim=false)" % (bystander.pid, sys.executable))
+            assert res["outcome"] == "nothing_stopped" and res["blockers"] == [res["msg"][len("nothing was stopped: "):]]
+            assert res["gpu_check"]["clean"] is False and bystander.poll() is None
+            assert _procs.alive(pid) and _port_open(port)  # the old server was never touched
+            state = json.load(open(os.path.join(dirs["state_dir"], "gpus.json")))
+            assert state["pid"] == pid and "previous" not in state
     finally:
         run_playbook(play(dict(srv, state="stopped")))
 

@@ -27,7 +27,8 @@ def params(**kw):
     base = dict(name="t", engine="sglang", model="M", host="127.0.0.1", port=30000, api_key=None,
                 served_model_name=None, engine_args={}, command=None, executable=None, python=None, env={},
                 variant=None, wait=True, ready_timeout=1800.0, stop_timeout=120.0, state_dir="/nonexistent",
-                log_dir="/nonexistent", supervisor="process", state="started", ready_wait=None, gpu_check=None)
+                log_dir="/nonexistent", supervisor="process", state="started", ready_wait=None, gpu_check=None,
+                lock_timeout=60.0, switch_id=None)
     base.update(kw)
     return base
 
@@ -71,7 +72,9 @@ def test_vllm_mtp_speculative_config_json():
     assert argv[i + 1] == '{"method":"mtp","num_speculative_tokens":2}'
     assert json.loads(argv[i + 1]) == {"method": "mtp", "num_speculative_tokens": 2}
     assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
-    assert argv[-2:] == ["--api-key", "k"]
+    # the key goes where vLLM reads it without the argv (/proc/PID/cmdline is world-readable)
+    assert "--api-key" not in argv and "k" not in argv and launch.env["VLLM_API_KEY"] == "k"
+    assert "VLLM_API_KEY" not in json.dumps(launch.fingerprint)
 
 
 def test_vllm_executable():

@@ -1,0 +1,129 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What can be known before a running server is stopped: every reason the new one could not start
+that does not depend on the new engine itself. Standard library only; reads, never changes anything.
+
+A blocker is a message; any blocker means the switch fails with "nothing was stopped: ..." and the
+server that runs keeps running. Checked: the state and log directories (writable, with free space),
+the launcher (executable / python / command[0]) present, a local model path present, the new port
+free when it is not the running server's, and the GPU holders that will remain once the running
+server's processes are gone (protected daemons, holders outside the reclaim scope, unhealthy GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _idle_check, _procs
+
+# A state file and a log's first lines need little; a disk this full fails the switch half-way.
+MIN_FREE_MIB = 16
+
+
+def _existing_parent(path):
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def dir_problem(label, path, create, min_free_mib=MIN_FREE_MIB):
+    """None when path is (or can be made) a writable directory with min_free_mib free, else why not.
+    create=False (check mode) never creates anything: the nearest existing parent is checked instead."""
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            return "%s %s cannot be created: %s" % (label, path, exc.strerror or exc)
+    where = path if os.path.isdir(path) else _existing_parent(path)
+    if not os.path.isdir(where):
+        return "%s %s is not a directory" % (label, where)
+    try:
+        stat = os.statvfs(where)
+    except OSError as exc:
+        return "%s %s cannot be read: %s" % (label, where, exc.strerror or exc)
+    free_mib = stat.f_bavail * stat.f_frsize // (1024 * 1024)
+    if free_mib < min_free_mib:
+        return "%s %s has %d MiB free (at least %d MiB needed)" % (label, where, free_mib, min_free_mib)
+    if not create:
+        if not os.access(where, os.W_OK | os.X_OK):
+            return "%s %s is not writable" % (label, where)
+        return None
+    try:  # a real write: os.access says yes on a read-only mount for root
+        fd, probe = tempfile.mkstemp(prefix=".inferops-preflight-", dir=path)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        return "%s %s is not writable: %s" % (label, path, exc.strerror or exc)
+    return None
+
+
+def launcher_problem(adapter, params):
+    exe = adapter.launcher(params)
+    if not exe:
+        return None
+    if os.sep in exe:
+        if not os.path.isfile(exe):
+            return "the engine's launcher %s does not exist" % exe
+        if not os.access(exe, os.X_OK):
+            return "the engine's launcher %s is not executable" % exe
+        return None
+    if shutil.which(exe) is None:
+        return "the engine's launcher %r is not on PATH (%s); set executable or python" % (
+            exe, os.environ.get("PATH", ""))
+    return None
+
+
+def model_problem(params):
+    """A model given as a local path (absolute, ./, ../ or ~) must exist; hub ids are not checked."""
+    model = params.get("model") or ""
+    if params.get("engine") == "command" or not model.startswith(("/", "./", "../", "~")):
+        return None
+    if not os.path.exists(os.path.expanduser(model)):
+        return "the model path %s does not exist" % model
+    return None
+
+
+def port_problem(params, record, running, spared):
+    """The port, unless the running server holds it (its stop frees it)."""
+    host, port = params["host"], params["port"]
+    if running and record and record.get("port") == port and record.get("host", host) == host:
+        return None
+    if not _engines.port_in_use(host, port):
+        return None
+    holders = _procs.listeners(port)
+    owners = [p for p in holders if p.pid not in spared]
+    if holders and not owners:
+        return None  # only processes of the instance (which the stop ends) listen there
+    who = ", ".join("pid %d (%s)" % (p.pid, p.cmdline[:120]) for p in owners) or "a process this user cannot see"
+    return "port %d on %s is taken by %s, which is not instance %r; choose another port or stop it" % (
+        port, host, who, params["name"])
+
+
+def gpu_problems(params, spared, run, find_smi):
+    """(blockers, survey) of params["gpu_check"] once spared are gone; ([], None) without a gpu_check."""
+    if not params.get("gpu_check") or run is None:
+        return [], None
+    return _idle_check.blockers(params["gpu_check"], run, find_smi, spared=spared)
+
+
+def check(params, adapter, record, running, spared, run=None, find_smi=None, create=True):
+    """Every blocker of a switch to params (a list of messages) and the GPU survey (or None)."""
+    blockers = [problem for problem in (
+        dir_problem("state_dir", params["state_dir"], create),
+        dir_problem("log_dir", params["log_dir"], create),
+        launcher_problem(adapter, params),
+        model_problem(params),
+        port_problem(params, record, running, spared),
+    ) if problem]
+    gpus, survey = gpu_problems(params, spared, run, find_smi)
+    return blockers + gpus, survey

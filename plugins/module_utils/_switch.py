@@ -1,0 +1,441 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A switch as one transaction that the target carries out by itself: stop what runs, check the GPUs,
+start the new server, wait until it generates, and on any failure stop it and restore the server that
+served before. Standard library only.
+
+The transaction runs in a process detached from the module (a new session, double fork), which holds
+the instance lock until it ends, so a controller that disappears (a closed laptop, a cancelled AWX job,
+kill -9) leaves the host with the new variant ready or the previous one serving again. The module
+waits for it (ready_wait), and a later call joins it by its id. What it does is written as it happens
+to <state_dir>/<name>.switch.json (the journal of the last switch); the module parameters of the
+server that runs, and of the last one that was ready while a switch is under way, are kept with their
+secrets in <state_dir>/<name>.launch.json (mode 0600), which the roles never read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+import uuid
+
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _idle_check, _procs, _supervisor
+
+# The one word every outcome of the module is, and the phrase each failure ends with.
+READY, UNCHANGED, RELABELLED, LOADING, STOPPED = "ready", "unchanged", "relabelled", "loading", "stopped"
+NOTHING_STOPPED, ROLLED_BACK, RESTORE_FAILED = "nothing_stopped", "rolled_back", "restore_failed"
+FAILURES = (NOTHING_STOPPED, ROLLED_BACK, RESTORE_FAILED)
+
+# after /health is 200, generations failing with a 5xx other than 503 this long (and this often) mean a
+# broken engine, not a loading one
+BROKEN_GRACE_S = 10.0
+BROKEN_PROBES = 3
+
+
+class ServerError(RuntimeError):
+    """A failure to report with fail_json; extra holds the result fields (outcome, log_tail, rc, ...)."""
+
+    def __init__(self, msg, **extra):
+        RuntimeError.__init__(self, msg)
+        self.extra = extra
+
+
+def nothing_stopped(why, **extra):
+    extra.update(outcome=NOTHING_STOPPED, failure=why, outcome_msg="nothing was stopped")
+    return ServerError("nothing was stopped: %s" % why, **extra)
+
+
+def probe_host(host):
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "::1"
+    return host
+
+
+def url_of(host, port):
+    host = probe_host(host)
+    return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
+
+
+def how(code):
+    """How an engine exited, for a message."""
+    if code == _supervisor.EXIT_UNKNOWN:
+        return "(its exit status went to the earlier call that started it)"
+    return "with code %s" % code
+
+
+def rc_of(code):
+    """The rc return value: the exit status when it is known."""
+    return {} if code in (None, _supervisor.EXIT_UNKNOWN) else {"rc": code}
+
+
+def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sleep, elapsed=0.0, limit=None):
+    """Poll /health then a 1-token generation until ready; fail at once if the engine exits, and within
+    BROKEN_GRACE_S when /health is 200 but every generation fails with a 5xx other than 503.
+
+    elapsed: seconds the server has loaded already (ready_timeout counts from its start). limit: seconds
+    this call may wait (None: until ready_timeout). Returns the seconds from start to ready, or None when
+    limit ran out first (the server keeps loading)."""
+    start = clock() - elapsed
+    deadline = start + params["ready_timeout"]
+    stop_at = deadline if limit is None else min(deadline, clock() + limit)
+    host, port = probe_host(params["host"]), params["port"]
+    last = "no answer yet"
+    broken_since, broken_count = None, 0
+    while True:
+        code = sup.exit_code(record)
+        if code is not None:
+            raise ServerError("%s exited %s before it was ready (after %.1fs); last probe: %s"
+                              % (params["name"], how(code), clock() - start, last), **rc_of(code))
+        left = deadline - clock()
+        result = _engines.probe(host, port, launch.probe_model, params.get("api_key"),
+                                timeout=max(1.0, min(10.0, left)), generate_timeout=max(1.0, min(300.0, left)))
+        last = result.detail
+        if result.state == "ready":
+            return round(clock() - start, 3)
+        if result.state == "refused":
+            raise ServerError("%s answers /health but refuses the readiness generation: %s"
+                              % (params["name"], result.detail))
+        now = clock()
+        if result.state == "error":
+            broken_since = now if broken_since is None else broken_since
+            broken_count += 1
+            if broken_count >= BROKEN_PROBES and now - broken_since >= BROKEN_GRACE_S:
+                raise ServerError("%s answers /health but every generation failed for %.0fs (%d probes): %s"
+                                  % (params["name"], now - broken_since, broken_count, result.detail))
+        else:
+            broken_since, broken_count = None, 0
+        if now >= deadline:
+            raise ServerError("%s was not ready within ready_timeout=%ss; last probe: %s"
+                              % (params["name"], params["ready_timeout"], last), timed_out=True)
+        if now >= stop_at:
+            return None
+        sleep(min(1.0 if broken_since is not None else 0.25, max(0.0, stop_at - now)))
+
+
+def secrets_of(params):
+    return {"api_key": params.get("api_key") or "", "env": _fingerprint.secret_env(params.get("env"))}
+
+
+def public(record):
+    """A record as the state file's "previous" keeps it (what served), without the nested previous."""
+    return dict((k, v) for k, v in record.items() if k not in ("previous", "loading"))
+
+
+def wait_port_free(host, port, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while _engines.port_in_use(host, port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+class _JsonFile(object):
+    def __init__(self, path):
+        self.path = path
+
+    def load(self):
+        try:
+            with open(self.path) as handle:
+                data = json.load(handle)
+        except (IOError, OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def save(self, data):
+        _supervisor.write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+    def clear(self):
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def journal(state_dir, name):
+    """<state_dir>/<name>.switch.json: the last switch, as its process carries it out."""
+    return _JsonFile(os.path.join(state_dir, "%s.switch.json" % name))
+
+
+def launches(state_dir, name):
+    """<state_dir>/<name>.launch.json (0600): {"current": params, "previous": params}, secrets included."""
+    return _JsonFile(os.path.join(state_dir, "%s.launch.json" % name))
+
+
+def stored_params(params):
+    return dict((k, v) for k, v in params.items() if k not in ("switch_id",))
+
+
+class Switch(object):
+    """One switch, decided by the module; run() carries it out (in the detached process).
+
+    old: the record of what runs (stopped first when stop_old), or of a server left loading (waited for
+    when start_new is false). previous / previous_params: the last server that was ready (public record,
+    module parameters), restored on failure; None when nothing served."""
+
+    def __init__(self, sup, params, launch, version, old, stop_old, start_new, previous, previous_params,
+                 verify_gpus, what):
+        self.sup = sup
+        self.params = params
+        self.launch = launch
+        self.version = version
+        self.old = old
+        self.stop_old = stop_old
+        self.start_new = start_new
+        self.previous = previous
+        self.previous_params = previous_params
+        self.verify_gpus = verify_gpus
+        self.journal = journal(params["state_dir"], params["name"])
+        self.launches = launches(params["state_dir"], params["name"])
+        salt = _fingerprint.new_salt()
+        self.data = {
+            "id": uuid.uuid4().hex[:16], "name": params["name"], "what": what, "pid": os.getpid(),
+            "started_at": time.time(), "phase": "preparing", "phases": [], "outcome": None,
+            "target": {"variant": params.get("variant"), "fingerprint": launch.fingerprint,
+                       "secrets_salt": salt, "secrets_digest": _fingerprint.secrets_digest(salt, secrets_of(params))},
+            "previous": {"variant": previous.get("variant"), "fingerprint": previous.get("fingerprint")} if previous else None,
+        }
+
+    # -- the journal
+
+    def phase(self, name):
+        self.data["phase"] = name
+        self.data["phases"].append([name, round(time.time() - self.data["started_at"], 3)])
+        self.journal.save(self.data)
+
+    def finish(self, outcome, msg, **fields):
+        self.data.update(fields)
+        self.data.update(outcome=outcome, msg=msg, finished_at=time.time())
+        self.phase("done")
+
+    # -- steps
+
+    def _check_gpus(self, what):
+        if not self.params.get("gpu_check"):
+            return None
+        try:
+            return self.verify_gpus(dict(self.params["gpu_check"]), False)
+        except _idle_check.CheckFailed as exc:
+            raise ServerError("GPUs not clean %s: %s" % (what, exc.msg), gpu_check=exc.result)
+
+    def _start(self, params, launch, version, previous):
+        """Launch a server and record it as loading (the previous one kept in the record until it is ready)."""
+        kind = self.sup.kind
+        salt = _fingerprint.new_salt()
+        record = {"name": params["name"], "engine": params["engine"], "model": params["model"],
+                  "served_model_name": params.get("served_model_name"), "variant": params.get("variant"),
+                  "fingerprint": launch.fingerprint, "argv": launch.public_argv, "port": params["port"],
+                  "host": params["host"], "url": url_of(params["host"], params["port"]), "supervisor": kind,
+                  "marker": self.sup.marker, "engine_version": version, "secrets_salt": salt,
+                  "secrets_digest": _fingerprint.secrets_digest(salt, secrets_of(params)), "loading": True}
+        if previous:
+            record["previous"] = previous
+        record["started_at"] = time.time()
+        record.update(self.sup.start(launch.argv, launch.env))
+        self.sup.store.save(record)
+        return record
+
+    def _ready(self, record, params, ready_s):
+        record.pop("loading", None)
+        record.pop("previous", None)
+        record["ready_s"] = ready_s
+        self.sup.store.save(record)
+        self.launches.save({"current": stored_params(params)})
+
+    def _stop_failed(self, record):
+        tail = _supervisor.tail(self.sup.log_path, 40, record.get("log_offset", 0)) if record else []
+        if record is not None or self.sup.carriers():
+            self.sup.stop(record, self.params["stop_timeout"])
+        return tail
+
+    def _restore(self):
+        """Start the previous server again; returns its record (raises when it does not get ready)."""
+        params = self.previous_params
+        adapter = _engines.adapter(params["engine"])
+        version = adapter.version(params)
+        launch = adapter.build(params, version)
+        self._check_gpus("before restoring %s" % self.previous.get("variant"))
+        if not wait_port_free(params["host"], params["port"]):
+            raise ServerError("port %d on %s is still taken" % (params["port"], params["host"]))
+        record = self._start(params, launch, version, None)
+        try:
+            ready_s = wait_ready(self.sup, record, launch, params)
+        except BaseException:
+            self._stop_failed(record)
+            raise
+        self._ready(record, params, ready_s)
+        return record
+
+    def run(self):
+        """Carry the switch out to one of: ready, rolled_back, restore_failed, nothing_stopped."""
+        self.data["pid"] = os.getpid()
+        data, params, record = self.data, self.params, None
+        stopped_a_server = False
+        try:
+            if self.stop_old:
+                self.phase("stopping")
+                stopped_a_server = self.previous is not None  # from here on, what served may be down
+                data["stopped_pids"] = self.sup.stop(self.old, params["stop_timeout"])
+                if self.sup.kind == "systemd":
+                    self.sup.remove()
+                if not wait_port_free(params["host"], params["port"]):
+                    raise ServerError("port %d on %s is still taken after stopping the old %s"
+                                      % (params["port"], params["host"], params["name"]))
+            if self.start_new:
+                self.phase("checking_gpus")
+                data["gpu_check"] = self._check_gpus("(%s was not started)" % params["name"])
+                self.phase("starting")
+                record = self._start(params, self.launch, self.version, self.previous)
+                data["server_pid"] = record["pid"]
+                elapsed = 0.0
+            else:
+                record = self.old
+                elapsed = max(0.0, time.time() - record.get("started_at", time.time()))
+            self.phase("waiting")
+            ready_s = wait_ready(self.sup, record, self.launch, params, elapsed=elapsed)
+            self._ready(record, params, ready_s)
+            self.finish(READY, "%s serves %s: ready in %ss" % (params["name"], params.get("variant") or "it", ready_s),
+                        ready_s=ready_s, server_pid=record["pid"])
+        except BaseException as exc:  # SystemExit too: whatever happens, the host ends in a known state
+            self._fail(exc, record, stopped_a_server or (self.previous is not None and not self.stop_old))
+        return data
+
+    def _fail(self, exc, record, restore):
+        data = self.data
+        extra = dict(getattr(exc, "extra", {}) or {})
+        failure = str(exc) or type(exc).__name__
+        if not isinstance(exc, (ServerError, _engines.EngineError, _supervisor.SupervisorError)):
+            data["error"] = traceback.format_exc()[-4000:]
+            failure = "%s: %s" % (type(exc).__name__, failure)
+        data.update(dict((k, v) for k, v in extra.items() if k in ("rc", "gpu_check", "timed_out")))
+        try:
+            data["log_tail"] = self._stop_failed(record)
+        except BaseException as stop_exc:  # pylint: disable=broad-except
+            data["log_tail"] = []
+            failure += "; stopping it failed too: %s" % stop_exc
+        if not restore:
+            self._failed(NOTHING_STOPPED, failure, "nothing was stopped: nothing served before, and the failed "
+                         "start was cleaned up")
+            return
+        name = self.previous.get("variant") or "the previous server"
+        if not self.previous_params:
+            self._failed(RESTORE_FAILED, failure, "RESTORE FAILED: nothing serves (the launch of %s was not "
+                         "recorded: it was started by an older inferops.serving)" % name)
+            return
+        self.phase("restoring")
+        try:
+            restored = self._restore()
+        except BaseException as restore_exc:  # pylint: disable=broad-except
+            self._failed(RESTORE_FAILED, failure, "RESTORE FAILED: nothing serves (restoring %s failed: %s)"
+                         % (name, restore_exc), restore_error=str(restore_exc))
+            return
+        self.finish(ROLLED_BACK, "%s | ROLLED BACK: %s serves again at %s (pid %s)"
+                    % (failure, name, restored["url"], restored["pid"]), failure=failure,
+                    outcome_msg="ROLLED BACK: %s serves again at %s (pid %s)" % (name, restored["url"], restored["pid"]),
+                    restored={"variant": restored.get("variant"), "fingerprint": restored["fingerprint"],
+                              "pid": restored["pid"], "url": restored["url"]})
+
+    def _failed(self, outcome, failure, outcome_msg, **fields):
+        """Nothing serves (or served): the state files say so."""
+        self.sup.store.clear()
+        self.launches.clear()
+        self.finish(outcome, "%s | %s" % (failure, outcome_msg), failure=failure, outcome_msg=outcome_msg, **fields)
+
+
+# ---------------------------------------------------------------------------------------------------
+# detaching, and waiting for the outcome
+
+def _quiet(keep):
+    """The detached process: stdio on /dev/null (an SSH session or the module's pipe must not wait for
+    it), every other descriptor closed but the lock's, cwd /."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    for entry in os.listdir("/proc/self/fd"):
+        fd = int(entry)
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    os.chdir("/")
+
+
+def detach(switch, lock):
+    """Run switch.run() in a new session, detached from this process (double fork); return its pid. The
+    lock's descriptor is inherited, so the detached process holds the instance lock until it ends."""
+    switch.journal.save(switch.data)
+    read_fd, write_fd = os.pipe()
+    first = os.fork()
+    if first == 0:  # pragma: no cover - the children never return here
+        status = 1
+        try:
+            os.close(read_fd)
+            os.setsid()
+            second = os.fork()
+            if second:
+                os.write(write_fd, str(second).encode("ascii"))
+                status = 0
+            else:
+                os.close(write_fd)
+                _quiet(lock.fd)
+                lock.note(switch.data["what"])
+                try:
+                    switch.run()
+                finally:
+                    os._exit(0)
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 64)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    os.waitpid(first, 0)
+    lock.close()  # the detached process has it now
+    pid = b"".join(chunks).decode("ascii")
+    if not pid:
+        raise ServerError("could not start the switch process", outcome=NOTHING_STOPPED)
+    return int(pid)
+
+
+def await_switch(switch_id, state_dir, name, pid=None, limit=None, started_limit=None,
+                 clock=time.monotonic, sleep=time.sleep):
+    """Wait for a switch's outcome. limit: seconds to wait once the new server is waited for (phase
+    waiting; None: until done); started_limit: return once it is waited for, plus this many seconds.
+    Returns the journal (outcome None while it runs). A process that died without an outcome gives
+    outcome 'died'."""
+    book = journal(state_dir, name)
+    began, waiting_since = clock(), None
+    while True:
+        data = book.load() or {}
+        if data.get("id") != switch_id:
+            return dict(data, outcome="unknown", msg="switch %s is no longer the last switch of %s (that is %s)"
+                        % (switch_id, name, data.get("id")))
+        if data.get("outcome"):
+            return data
+        runner = pid or data.get("pid")
+        if runner and not _procs.alive(runner) and clock() - began > 1.0:
+            data = book.load() or data  # it may have finished between the two reads
+            if not data.get("outcome"):
+                data["outcome"] = "died"
+                data["msg"] = ("the switch process %s ended without an outcome in phase %s; the next run takes over "
+                               "what it left" % (runner, data.get("phase")))
+            return data
+        if data.get("phase") in ("waiting", "restoring") and waiting_since is None:
+            waiting_since = clock()
+        if waiting_since is not None:
+            if started_limit is not None and clock() - waiting_since >= started_limit:
+                return data
+            if limit is not None and clock() - waiting_since >= limit:
+                return data
+        sleep(0.1)
