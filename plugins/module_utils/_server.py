@@ -187,6 +187,9 @@ def _outcome(ctx, data, starter, diff):
         record = ctx.sup.store.load() or {}
         result.update(pid=record.get("pid"), ready_s=record.get("ready_s"), started_at=record.get("started_at"),
                       healthy=True, loading=False, outcome=_switch.READY)
+        if not result.get("argv"):  # a join: what serves, as the state file records it
+            result.update(argv=record.get("argv"), fingerprint=record.get("fingerprint"),
+                          variant=record.get("variant"), engine_version=record.get("engine_version"))
         return starter, result, diff
     extra = dict(result, outcome=outcome, changed=outcome != _switch.NOTHING_STOPPED or bool(data.get("server_pid")))
     for key in ("rc", "failure", "outcome_msg", "restore_error", "timed_out"):

@@ -157,9 +157,28 @@ class _JsonFile(object):
             pass
 
 
-def journal(state_dir, name):
-    """<state_dir>/<name>.switch.json: the last switch, as its process carries it out."""
+KEEP_JOURNALS = 20
+
+
+def journal(state_dir, name, switch_id=None):
+    """<state_dir>/<name>.switch.json: the last switch, as its process carries it out; with switch_id,
+    that switch's own journal in <state_dir>/<name>.switches/ (a later switch must not hide how an
+    earlier one ended from the run that waits for it)."""
+    if switch_id:
+        return _JsonFile(os.path.join(state_dir, "%s.switches" % name, "%s.json" % switch_id))
     return _JsonFile(os.path.join(state_dir, "%s.switch.json" % name))
+
+
+def _prune(directory, keep=KEEP_JOURNALS):
+    try:
+        names = sorted(os.listdir(directory), key=lambda n: os.path.getmtime(os.path.join(directory, n)))
+    except OSError:
+        return
+    for stale in names[:-keep]:
+        try:
+            os.unlink(os.path.join(directory, stale))
+        except OSError:
+            pass
 
 
 def launches(state_dir, name):
@@ -206,7 +225,16 @@ class Switch(object):
     def phase(self, name):
         self.data["phase"] = name
         self.data["phases"].append([name, round(time.time() - self.data["started_at"], 3)])
+        self.save()
+
+    def save(self):
+        own = journal(self.params["state_dir"], self.params["name"], self.data["id"])
+        if not os.path.isdir(os.path.dirname(own.path)):
+            os.makedirs(os.path.dirname(own.path), mode=0o700, exist_ok=True)
+        own.save(self.data)
         self.journal.save(self.data)
+        if self.data["phase"] == "preparing":
+            _prune(os.path.dirname(own.path))
 
     def finish(self, outcome, msg, **fields):
         self.data.update(fields)
@@ -370,7 +398,7 @@ def _quiet(keep):
 def detach(switch, lock):
     """Run switch.run() in a new session, detached from this process (double fork); return its pid. The
     lock's descriptor is inherited, so the detached process holds the instance lock until it ends."""
-    switch.journal.save(switch.data)
+    switch.save()
     read_fd, write_fd = os.pipe()
     first = os.fork()
     if first == 0:  # pragma: no cover - the children never return here
@@ -414,13 +442,13 @@ def await_switch(switch_id, state_dir, name, pid=None, limit=None, started_limit
     waiting; None: until done); started_limit: return once it is waited for, plus this many seconds.
     Returns the journal (outcome None while it runs). A process that died without an outcome gives
     outcome 'died'."""
-    book = journal(state_dir, name)
+    book = journal(state_dir, name, switch_id)
     began, waiting_since = clock(), None
     while True:
-        data = book.load() or {}
-        if data.get("id") != switch_id:
-            return dict(data, outcome="unknown", msg="switch %s is no longer the last switch of %s (that is %s)"
-                        % (switch_id, name, data.get("id")))
+        data = book.load()
+        if data is None:
+            return {"id": switch_id, "outcome": "unknown",
+                    "msg": "no switch %s is known on this host (%s)" % (switch_id, book.path)}
         if data.get("outcome"):
             return data
         runner = pid or data.get("pid")

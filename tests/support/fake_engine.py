@@ -9,6 +9,7 @@ modes:
   ok           /health 503 for --load-s seconds, then 200; /v1/completions answers one token
   exit         prints an error and exits with code 3 right away (after --load-s)
   never-ready  /health answers 503 forever
+  broken       /health answers 200 at once, every /v1/completions HTTP 500 (a CUDA error in the worker)
 --orphan FILE  also start a child that leaves the process group (setsid) and lives on; its pid is written to FILE
 """
 
@@ -26,7 +27,7 @@ def main(argv):
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", default="fake")
-    parser.add_argument("--mode", default="ok", choices=["ok", "exit", "never-ready"])
+    parser.add_argument("--mode", default="ok", choices=["ok", "exit", "never-ready", "broken"])
     parser.add_argument("--load-s", type=float, default=0.5)
     parser.add_argument("--orphan")
     parser.add_argument("--child", action="store_true")
@@ -62,7 +63,9 @@ def main(argv):
             return args.mode == "ok" and time.monotonic() - started >= args.load_s
 
         def do_GET(self):
-            if self.path == "/health":
+            if self.path == "/health" and args.mode == "broken":
+                self._send(200, {"status": "ok"})
+            elif self.path == "/health":
                 self._send(200 if self.ready() else 503, {"status": "ok" if self.ready() else "loading"})
             else:
                 self._send(404, {"error": "not found"})
@@ -70,7 +73,9 @@ def main(argv):
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-            if not self.ready():
+            if args.mode == "broken":
+                self._send(500, {"error": "CUDA error: an illegal memory access was encountered"})
+            elif not self.ready():
                 self._send(503, {"error": "loading"})
             elif body.get("model") != args.model:
                 self._send(404, {"error": "model %r not found" % body.get("model")})
