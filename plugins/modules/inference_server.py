@@ -18,8 +18,26 @@ description:
     server (its whole process group or unit) and starts the new one.
   - Readiness is C(GET /health) answering 200 (503 means still loading) and then one real 1-token
     generation (C(POST /v1/completions)) on the served model. If the engine exits before it is ready,
-    the module fails at once with its exit code and the last lines of its log; on any failure to
-    become ready the new instance is stopped, so nothing is left running.
+    the switch fails at once with its exit code and the last lines of its log; generations that fail
+    with a 5xx other than 503 for about 10 s (3 probes) while C(/health) is 200 fail it too, with the
+    response body.
+  - Every change of an instance holds its lock (C(STATE_DIR/NAME.lock), an C(flock) released by the kernel
+    when its holder dies); a second run waits O(lock_timeout), then fails naming the holder.
+  - Before anything is stopped, everything knowable is checked, and any blocker fails the call with
+    C(nothing was stopped) and the running server untouched (check mode reports the same RV(blockers)),
+    GPU holders that would remain once the old server's processes are gone (protected daemons, holders
+    outside the O(gpu_check) reclaim scope, unhealthy GPUs), the new port when another process holds it,
+    O(state_dir) and O(log_dir) writable with free space, the launcher and a local model path present,
+    the engine arguments.
+  - A switch (stop the old server, O(gpu_check), start, wait until ready, and on failure stop the new
+    server and restore the one that served before) is one transaction that the host carries out by
+    itself, in a process detached from the module that holds the lock until it ends. If the controller
+    disappears, the host still ends with the new server ready or the previous one serving again. The
+    module waits for it as O(wait) and O(ready_wait) say; a later call with O(switch_id) joins it.
+  - Every failure says in RV(outcome) how it ended, exactly one of V(nothing_stopped), V(rolled_back)
+    (the previous server serves again) and V(restore_failed) (nothing serves), and its message ends with
+    the matching phrase, C(nothing was stopped), C(ROLLED BACK - VARIANT serves again) or
+    C(RESTORE FAILED - nothing serves) (written with a colon, not a dash).
   - The C(process) supervisor starts the engine in its own session and process group, records PID,
     PGID, fingerprint, argv, port and start time in O(state_dir), logs to O(log_dir), and stops by
     signalling the whole group (SIGTERM, then SIGKILL after O(stop_timeout)), then sweeps stray
@@ -82,8 +100,13 @@ options:
     required: true
   api_key:
     description:
-      - API key the server requires (C(--api-key) for SGLang and vLLM; sent as a bearer token by the probe).
-      - C(transformers serve) and C(trtllm-serve) take none that this module knows; setting it for them is an error.
+      - API key the server requires, sent as a bearer token by the readiness probe.
+      - SGLang reads it only from C(--api-key), so it goes on the argv (redacted in results and state files).
+        vLLM gets it in the environment variable C(VLLM_API_KEY), off the argv that C(/proc/PID/cmdline)
+        shows every local user.
+      - C(transformers serve) and C(trtllm-serve) have no API key; setting it for them is an error.
+        For O(engine=command) the key must already appear in O(command) or O(env) (where the program reads
+        it), else it is an error; a key is never silently dropped.
       - Never part of the fingerprint; a change is still detected (salted hash in the state file).
     type: str
   served_model_name:
@@ -144,10 +167,13 @@ options:
   gpu_check:
     description:
       - Verify the GPUs clean (as M(inferops.serving.gpu_idle_check) does, with the same parameters)
-        after the old server is stopped and before the new one starts, in the same call. If the check
-        fails, nothing is started and the module fails with the check's message and RV(gpu_check).
-      - In check mode the GPUs are read once and reported in RV(gpu_check) (what the check would
-        reclaim in its C(would_kill)); that never fails, since the old server still holds them then.
+        after the old server is stopped and before the new one starts, in the same call.
+      - Before the stop (and in check mode) the GPUs are read once; a holder that would remain once the
+        old server's processes are gone (protected, outside the reclaim scope) or an unhealthy GPU is a
+        blocker, so nothing is stopped. RV(gpu_check) then holds that survey (C(would_kill), what the check
+        would reclaim; C(unknown_holders), holders this PID namespace cannot see).
+      - If the check after the stop fails anyway, the new server is not started and the previous one is
+        restored.
       - Unset, no GPU is checked.
     type: dict
     suboptions:
@@ -215,9 +241,27 @@ options:
     type: str
     choices: [auto, systemd, process]
     default: auto
+  lock_timeout:
+    description:
+      - Seconds to wait while another run changes this instance (holds its lock) before failing with
+        C(nothing was stopped), naming who holds the lock and since when. The default lets a short change (a plan,
+        a stop, a small model's switch) finish; raise it to queue a switch behind a long model load.
+      - A call that wants the configuration a switch under way brings up joins that switch instead.
+    type: float
+    default: 60
+  switch_id:
+    description:
+      - The RV(switch.id) an earlier call returned with RV(loading=true). The call only waits for that switch
+        (up to O(ready_wait)) and reports how it ended, starting and stopping nothing; its outcome stays
+        readable after later switches (the last 20 are kept in C(STATE_DIR/NAME.switches/)).
+    type: str
 notes:
-  - The API key is on the engine's command line (that is how SGLang and vLLM take it), so local users can read it
-    from C(/proc); results and state files show it redacted.
+  - The state files live in O(state_dir), C(NAME.json) (what serves; while a switch is under way the new
+    server with C(loading) and the previous one under C(previous)), C(NAME.launch.json) (mode 0600, the
+    parameters of the running and the previous server, secrets included, so the host can restore without
+    the controller), C(NAME.switch.json) (the journal of the last switch) and C(NAME.lock).
+  - SGLang's API key is on its command line, so local users can read it from C(/proc); results and state
+    files show it redacted. vLLM's goes in its environment instead.
   - Flags for a list are written C(--flag a b c) (argparse C(nargs)); for a flag that must repeat, use a key per
     spelling or O(engine=command).
 seealso:
@@ -333,8 +377,8 @@ state_file:
 current:
   description:
     - What the state file recorded before this run (the server this run keeps, replaces or stops), null when
-      nothing was recorded. Callers use it to know which variant to restore after a failed switch.
-    - Also returned on failure, once the state file was read; a failure without it changed nothing.
+      nothing was recorded.
+    - Also returned on failure, once the state file was read.
   returned: always
   type: dict
   contains:
@@ -347,6 +391,7 @@ current:
     argv: {description: Its argv (API key redacted)., type: list, elements: str}
     started_at: {description: Start time (seconds since the epoch)., type: float}
     ready_s: {description: Seconds it took to become ready., type: float}
+    loading: {description: Whether it was still loading (a switch under way)., type: bool}
     running: {description: Whether its process (or unit) is alive., type: bool}
 healthy:
   description:
@@ -358,10 +403,51 @@ healthy:
   type: bool
   sample: true
 loading:
-  description: V(true) when O(ready_wait) ended before the server was ready; it keeps loading.
+  description:
+    - V(true) when O(ready_wait) ended before the server was ready; it keeps loading, and the host finishes
+      the switch (restoring the previous server if it fails). Join it with O(switch_id=RV(switch.id)).
   returned: always
   type: bool
   sample: false
+outcome:
+  description:
+    - How the call ended, one word. V(unchanged), V(relabelled) (the same configuration under another variant
+      label, only the label changed), V(ready) (a new server serves), V(loading) (the switch goes on on the
+      host), V(stopped); or, on failure, exactly one of V(nothing_stopped) (what ran still runs, or nothing
+      ran before), V(rolled_back) (the new server failed after the stop; the previous one serves again) and
+      V(restore_failed) (nothing serves). Null in check mode when a switch is planned.
+  returned: always
+  type: str
+  sample: rolled_back
+failure:
+  description: Why the call failed (the message without the outcome's phrase).
+  returned: on failure
+  type: str
+  sample: qwen exited with code 3 before it was ready (after 4.2s)
+outcome_msg:
+  description: The outcome's phrase that ends the message.
+  returned: on failure
+  type: str
+  sample: "ROLLED BACK: baseline serves again at http://127.0.0.1:30000 (pid 4711)"
+blockers:
+  description: What the preflight found that would make a switch fail after the stop; any blocker stops nothing.
+  returned: when a switch was considered
+  type: list
+  elements: str
+  sample: ["GPU 2 is held by protected process nv-hostengine (pid 1234), which is never signalled"]
+switch:
+  description: The switch transaction carried out on the host, C(id), C(pid) (its process) and C(phase).
+  returned: when a switch ran or runs
+  type: dict
+  sample: {id: 3f2a9c1e5b7d4a60, pid: 52311, phase: waiting}
+restored:
+  description: The previous server that serves again after a failed switch (C(variant), C(fingerprint), C(pid), C(url)).
+  returned: when RV(outcome=rolled_back)
+  type: dict
+lock_holder:
+  description: Who held the instance's lock when this call gave up waiting (C(pid), C(what), C(since)).
+  returned: when the lock stayed taken for O(lock_timeout)
+  type: dict
 reason:
   description:
     - Why this call kept, waited for, started or restarted the server, in words (for example
