@@ -266,7 +266,16 @@ class Switch(object):
         record["started_at"] = time.time()
         record.update(self.sup.start(launch.argv, launch.env))
         self.sup.store.save(record)
+        stored = self.launches.load() or {}
+        stored["current"] = stored_params(params)
+        self.launches.save(stored)
         return record
+
+    def _keep_previous(self, record):
+        self.sup.store.save(dict(record, previous=self.previous))
+        stored = self.launches.load() or {}
+        stored["previous"] = self.previous_params
+        self.launches.save(stored)
 
     def _ready(self, record, params, ready_s):
         record.pop("loading", None)
@@ -305,6 +314,10 @@ class Switch(object):
         data, params, record = self.data, self.params, None
         stopped_a_server = False
         try:
+            if self.previous is not None:
+                # from here until the new server is ready, the state files keep what served before, so that
+                # a run that takes over from a switch process that died still knows what to restore
+                self._keep_previous(self.old)
             if self.stop_old:
                 self.phase("stopping")
                 stopped_a_server = self.previous is not None  # from here on, what served may be down

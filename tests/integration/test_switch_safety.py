@@ -323,3 +323,22 @@ def test_an_api_key_goes_where_the_engine_reads_it_or_is_an_error(switch, fleet)
     assert "s3cret-key" not in json.dumps(record) and "<redacted>" in record["argv"]
     mode = os.stat(str(fleet.state_dir / "sv.launch.json")).st_mode & 0o777
     assert mode == 0o600  # the one file that keeps the key, for a restore without the controller
+
+
+def test_a_run_takes_over_from_a_switch_process_killed_by_hand(switch, fleet, ansible_env):
+    """The switch process itself dies mid-wait (kill -9 by a person): the lock goes with it; the state file
+    still names what served before under previous, and the next run restores that, not the half-loaded one."""
+    fleet.add_variants({"slowload": {"command": fake_engine(fleet.port, "ok") + ["--load-s", "30"]}})
+    fleet.set_vars(serving_progress_delay=30)
+    started(switch, fleet)
+    proc = _popen_playbook(fleet, ansible_env, "slowload")
+    waiting = _wait_for(lambda: _journal(fleet).get("phase") == "waiting" and _journal(fleet), 60, "the wait")
+    _kill_group(proc)
+    os.kill(waiting["pid"], signal.SIGKILL)
+    record = fleet.record()
+    assert record["variant"] == "slowload" and record["loading"] and record["previous"]["variant"] == "fast"
+    run = switch("crash")
+    assert run.rc != 0
+    out = flat(run)
+    assert "exited with code 3 before it was ready" in out and "ROLLED BACK: fast serves again" in out
+    serving(fleet, "fast")
