@@ -12,8 +12,6 @@ by itself (_switch); this module waits for it (ready_wait) and reports its outco
 
 from __future__ import annotations
 
-import time
-
 from ansible_collections.inferops.serving.plugins.module_utils import (
     _engines, _fingerprint, _idle_check, _lock, _preflight, _supervisor, _switch)
 
@@ -114,15 +112,20 @@ def reconcile(params, check_mode=False, gpus=None):
         version = adapter.version(params)
         launch = adapter.build(params, version)
         ctx.result.update(argv=launch.public_argv, fingerprint=launch.fingerprint, engine_version=version)
-        what = "switch to %s (%s)" % (params.get("variant") or params["name"], launch.fingerprint[:19])
-        return _locked(ctx, what, launch, lambda c: _start(c, adapter, version, launch))
+        return _locked(ctx, _what(params, launch), launch, lambda c: _start(c, adapter, version, launch))
     except (_engines.EngineError, _supervisor.SupervisorError) as exc:
-        raise ServerError(str(exc) if params["state"] == "stopped" else "nothing was stopped: %s" % exc,
-                          **dict(ctx.result, outcome=None if params["state"] == "stopped" else _switch.NOTHING_STOPPED))
+        if params["state"] == "stopped":
+            raise ServerError(str(exc), **ctx.result)
+        raise _switch.nothing_stopped(str(exc), **ctx.result)
     except ServerError as exc:
         for key, value in ctx.result.items():
             exc.extra.setdefault(key, value)
         raise
+
+
+def _what(params, launch):
+    """What a switch's lock holder says it does: 'switch to nextn (sha256:0123456789ab)'."""
+    return "switch to %s (%s)" % (params.get("variant") or params["name"], launch.fingerprint[:19])
 
 
 def _locked(ctx, what, launch, converge):
@@ -135,10 +138,11 @@ def _locked(ctx, what, launch, converge):
     def join_if_same(holder):
         data = ctx.journal.load() or {}
         target = data.get("target") or {}
-        if (launch is None or params["state"] != "started" or data.get("outcome")
-                or target.get("fingerprint") != launch.fingerprint or target.get("secrets_salt") is None
-                or target.get("secrets_digest") != _fingerprint.secrets_digest(target["secrets_salt"],
-                                                                                _switch.secrets_of(params))):
+        if launch is None or params["state"] != "started" or data.get("outcome"):
+            return False
+        if target.get("fingerprint") != launch.fingerprint or target.get("secrets_salt") is None:
+            return False
+        if target.get("secrets_digest") != _fingerprint.secrets_digest(target["secrets_salt"], _switch.secrets_of(params)):
             return False
         joining.update(data)
         return True
@@ -277,7 +281,7 @@ def _start(ctx, adapter, version, launch):
     diff = {"before": _before(record),
             "after": {"argv": launch.public_argv, "fingerprint": launch.fingerprint, "variant": params.get("variant")}}
     previous, previous_params = _restore_target(ctx, record, running)
-    what = "switch to %s (%s)" % (params.get("variant") or params["name"], launch.fingerprint[:19])
+    what = _what(params, launch)
     started = params["state"] == "started"
     if same and started and (running or record.get("loading")):
         loading = bool(record.get("loading")) or record.get("ready_s") is None

@@ -439,7 +439,13 @@ switch:
   description: The switch transaction carried out on the host, C(id), C(pid) (its process) and C(phase).
   returned: when a switch ran or runs
   type: dict
-  sample: {id: 3f2a9c1e5b7d4a60, pid: 52311, phase: waiting}
+  contains:
+    id: {description: The switch's id (give it as O(switch_id) to join the switch)., type: str, sample: 3f2a9c1e5b7d4a60}
+    pid: {description: The process that carries the switch out., type: int, sample: 52311}
+    phase:
+      description: Where it is, V(preparing), V(stopping), V(checking_gpus), V(starting), V(waiting), V(restoring) or V(done).
+      type: str
+      sample: waiting
 restored:
   description: The previous server that serves again after a failed switch (C(variant), C(fingerprint), C(pid), C(url)).
   returned: when RV(outcome=rolled_back)

@@ -130,5 +130,3 @@ def gpu_check_of(run):
     """The GPU check that inference_server ran between the stop and the start (None if none ran)."""
     checks = [r["result"]["gpu_check"] for r in run.results("inference_server") if r["result"].get("gpu_check")]
     return checks[-1] if checks else None
-
-
