@@ -40,6 +40,7 @@ class Launch(object):
         self.probe_model = probe_model
         self.secrets = [s for s in secrets if s]
         self.version = version
+        self.health_timeout = Adapter.health_timeout
 
     @property
     def argv(self):
@@ -106,6 +107,9 @@ class Adapter(object):
     distribution = None  # the Python distribution whose version is read
     default_executable = None
     aliases = {}  # engine_args spellings that mean a core flag (normalised -> core flag)
+    spellings = {}  # engine_args keys the engine spells otherwise (normalised -> the engine's flag)
+    negatable = False  # false gives --no-FLAG (the engine's booleans default to None, not False)
+    health_timeout = 10.0  # seconds a healthy, busy server may take to answer /health
 
     def prefix(self, params):
         raise NotImplementedError
@@ -148,6 +152,11 @@ class Adapter(object):
         user = []
         for key, value in (params.get("engine_args") or {}).items():
             flag = flag_name(key, self.style)
+            if not str(key).startswith("-"):
+                flag = self.spellings.get(_norm(flag), flag)
+            if value is False and self.negatable:
+                user.append(("--no-" + flag.lstrip("-"), []))
+                continue
             user.append((flag, flag_values(flag, value)))
         overridden = set(self.aliases.get(_norm(f), _norm(f)) for f, dummy in user)
         for reserved in ("host", "port"):
@@ -161,8 +170,10 @@ class Adapter(object):
         env.update(params.get("env") or {})
         env.update(self.key_env(params))
         secrets = [params.get("api_key")] + list(_fingerprint.secret_env(params.get("env")).values())
-        return Launch(self.name, params["model"], self.prefix(params), flags, env, self.probe_model(params),
-                      secrets, version)
+        launch = Launch(self.name, params["model"], self.prefix(params), flags, env, self.probe_model(params),
+                        secrets, version)
+        launch.health_timeout = self.health_timeout
+        return launch
 
     def launcher(self, params):
         return params.get("executable") or self.default_executable
@@ -204,6 +215,9 @@ class SGLang(Adapter):
     name = "sglang"
     model_flag = "--model-path"
     distribution = "sglang"
+    # its /health runs a one-token generation and waits up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default,
+    # 0.5.23 srt/entrypoints/http_server.py health_generate): a busy healthy server must not look dead
+    health_timeout = 30.0
     aliases = {"model": "model-path", "tensor-parallel-size": "tp-size"}
 
     def prefix(self, params):
@@ -224,6 +238,10 @@ class VLLM(Adapter):
     api_key_env = "VLLM_API_KEY"
     default_executable = "vllm"
     aliases = {"tp-size": "tensor-parallel-size"}
+    # only --tensor-parallel-size / -tp exist (vllm 0.34.0 vllm/engine/arg_utils.py); booleans are
+    # BooleanOptionalAction defaulting to None, so turning one off takes --no-FLAG
+    spellings = {"tp-size": "--tensor-parallel-size"}
+    negatable = True
 
     def prefix(self, params):
         return [self.launcher(params), "serve", params["model"]]
@@ -232,6 +250,15 @@ class VLLM(Adapter):
 class TRTLLM(Adapter):
     name = "trtllm"
     style = "snake"
+
+    def probe_model(self, params):
+        """trtllm-serve serves a local model directory under its basename (tensorrt_llm/serve/openai_server.py:
+        model_dir.name), a hub id as given."""
+        if params.get("served_model_name"):
+            return params["served_model_name"]
+        model = params["model"]
+        return os.path.basename(os.path.normpath(model)) if os.path.isdir(model) else model
+
     distribution = "tensorrt_llm"
     default_executable = "trtllm-serve"
     api_key_flag = None

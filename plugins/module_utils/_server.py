@@ -30,7 +30,7 @@ RELABEL = "it serves with this configuration under another variant label: the la
 def _serves(params, launch):
     """One quick probe of a server that runs with this configuration: does it answer a generation?"""
     return _engines.probe(probe_host(params["host"]), params["port"], launch.probe_model, params.get("api_key"),
-                          timeout=5.0, generate_timeout=30.0).state == "ready"
+                          timeout=launch.health_timeout, generate_timeout=30.0).state == "ready"
 
 
 def _start_reason(record, running, same, fingerprint):
@@ -90,7 +90,7 @@ class Context(object):
                        "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
                        "engine_version": None, "supervisor": self.kind, "log": self.sup.log_path,
                        "state_file": self.sup.store.path, "healthy": None, "loading": False, "reason": None,
-                       "outcome": None}
+                       "outcome": None, "served_model": None}
 
     def load(self):
         record = self.sup.store.load()
@@ -111,7 +111,8 @@ def reconcile(params, check_mode=False, gpus=None):
         adapter = _engines.adapter(params["engine"])
         version = adapter.version(params)
         launch = adapter.build(params, version)
-        ctx.result.update(argv=launch.public_argv, fingerprint=launch.fingerprint, engine_version=version)
+        ctx.result.update(argv=launch.public_argv, fingerprint=launch.fingerprint, engine_version=version,
+                          served_model=launch.probe_model)
         return _locked(ctx, _what(params, launch), launch, lambda c: _start(c, adapter, version, launch))
     except (_engines.EngineError, _supervisor.SupervisorError) as exc:
         if params["state"] == "stopped":
@@ -193,7 +194,8 @@ def _outcome(ctx, data, starter, diff):
                       healthy=True, loading=False, outcome=_switch.READY)
         if not result.get("argv"):  # a join: what serves, as the state file records it
             result.update(argv=record.get("argv"), fingerprint=record.get("fingerprint"),
-                          variant=record.get("variant"), engine_version=record.get("engine_version"))
+                          variant=record.get("variant"), engine_version=record.get("engine_version"),
+                          served_model=record.get("served_model"))
         return starter, result, diff
     extra = dict(result, outcome=outcome, changed=outcome != _switch.NOTHING_STOPPED or bool(data.get("server_pid")))
     for key in ("rc", "failure", "outcome_msg", "restore_error", "timed_out"):

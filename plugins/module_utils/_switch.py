@@ -93,7 +93,8 @@ def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sle
                               % (params["name"], how(code), clock() - start, last), **rc_of(code))
         left = deadline - clock()
         result = _engines.probe(host, port, launch.probe_model, params.get("api_key"),
-                                timeout=max(1.0, min(10.0, left)), generate_timeout=max(1.0, min(300.0, left)))
+                                timeout=max(1.0, min(launch.health_timeout, left)),
+                                generate_timeout=max(1.0, min(300.0, left)))
         last = result.detail
         if result.state == "ready":
             return round(clock() - start, 3)
@@ -256,7 +257,8 @@ class Switch(object):
         kind = self.sup.kind
         salt = _fingerprint.new_salt()
         record = {"name": params["name"], "engine": params["engine"], "model": params["model"],
-                  "served_model_name": params.get("served_model_name"), "variant": params.get("variant"),
+                  "served_model_name": params.get("served_model_name"), "served_model": launch.probe_model,
+                  "variant": params.get("variant"),
                   "fingerprint": launch.fingerprint, "argv": launch.public_argv, "port": params["port"],
                   "host": params["host"], "url": url_of(params["host"], params["port"]), "supervisor": kind,
                   "marker": self.sup.marker, "engine_version": version, "secrets_salt": salt,

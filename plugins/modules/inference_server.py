@@ -70,8 +70,9 @@ options:
     description:
       - V(started) keeps the server running with this configuration. It restarts it when the fingerprint (or a
         credential) changed, and when a server of this configuration that was ready once no longer answers a
-        quick probe (C(/health) within 5 s, a 1-token generation within 30 s). One that never became ready
-        (left loading by an earlier call) is waited for, not restarted.
+        quick probe (C(/health) within the engine's health timeout, 30 s for SGLang, whose /health runs a
+        generation, and 10 s for the others; then a 1-token generation within 30 s). One that never became
+        ready (left loading by an earlier call) is waited for, not restarted.
       - V(restarted) always stops and starts it. V(stopped) stops it and sweeps its leftovers.
     type: str
     choices: [started, stopped, restarted]
@@ -116,7 +117,10 @@ options:
     description:
       - Engine flags as a dict. Keys in snake_case or kebab-case become C(--kebab-case) (C(--snake_case) for
         trtllm); a key starting with C(-) is used as written. V(true) gives a bare flag, V(false) or null
-        leaves the flag out, a list gives the flag followed by each item, a dict gives compact JSON with sorted keys.
+        leaves the flag out (for vLLM, whose booleans default to None, V(false) gives C(--no-FLAG)), a list
+        gives the flag followed by each item, a dict gives compact JSON with sorted keys.
+      - Keys are spelled as each engine takes them; V(tp_size) becomes C(--tensor-parallel-size) for vLLM,
+        which has no C(--tp-size).
       - A key that names a core setting (for example C(model_path) or C(tp_size)) overrides it.
       - The order of the keys does not change the fingerprint.
     type: dict
@@ -334,6 +338,13 @@ pid:
   returned: always
   type: int
   sample: 4242
+served_model:
+  description:
+    - The model id the engine serves (and requests must name), as the readiness probe and the benchmark use
+      it. O(served_model_name) when set; for trtllm, a local model directory's basename; else O(model).
+  returned: always
+  type: str
+  sample: Qwen3.5-397B-A17B-NVFP4
 url:
   description: Base URL of the server.
   returned: always

@@ -265,7 +265,7 @@ def test_wait_ready_limit_elapsed_and_deadline(monkeypatch):
     def sleep(seconds):
         now[0] += seconds
 
-    launch = types.SimpleNamespace(probe_model="m")
+    launch = types.SimpleNamespace(probe_model="m", health_timeout=10.0)
     p = params(ready_timeout=10.0)
     # the limit ends this call's wait: None, the server keeps loading
     assert _server.wait_ready(_Sup(), {}, launch, p, clock=clock, sleep=sleep, limit=1.0) is None
@@ -317,3 +317,30 @@ def test_systemd_supervisor_drives_systemctl(tmp_path):
     assert started["pid"] == os.getpid() and sup.exit_code(started) is None and sup.alive(started)
     sup.stop(started, 1)
     assert ["stop", "inferops-q.service"] in calls
+
+
+def test_each_engine_gets_its_own_spelling():
+    # vLLM has only --tensor-parallel-size (vllm 0.34.0 vllm/engine/arg_utils.py) and negatable booleans
+    argv = build(engine="vllm", engine_args={"tp_size": 4, "enable_prefix_caching": False, "trust_remote_code": True}).argv
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "4" and "--tp-size" not in argv
+    assert "--no-enable-prefix-caching" in argv and "--trust-remote-code" in argv
+    # a key written as a flag is taken as written
+    assert "--tp-size" in build(engine="vllm", engine_args={"--tp-size": 4}).argv
+    # SGLang takes both spellings; false leaves its flag out
+    sglang = build(engine="sglang", engine_args={"tp_size": 8, "disable_cuda_graph": False}).argv
+    assert "--tp-size" in sglang and "--disable-cuda-graph" not in sglang and "--no-disable-cuda-graph" not in sglang
+
+
+def test_served_model_id_per_engine(tmp_path):
+    model_dir = tmp_path / "Qwen3-8B"
+    model_dir.mkdir()
+    # trtllm-serve serves a local directory under its basename; a hub id as given
+    assert build(engine="trtllm", model=str(model_dir) + "/").probe_model == "Qwen3-8B"
+    assert build(engine="trtllm", model="Qwen/Qwen3-8B").probe_model == "Qwen/Qwen3-8B"
+    assert build(engine="vllm", model=str(model_dir)).probe_model == str(model_dir)
+    assert build(engine="sglang", served_model_name="q").probe_model == "q"
+
+
+def test_health_timeouts_cover_the_engines_own_health_check():
+    assert build(engine="sglang").health_timeout >= 20  # SGLANG_HEALTH_CHECK_TIMEOUT, 20 s by default
+    assert build(engine="vllm").health_timeout == 10.0

@@ -119,7 +119,7 @@ def test_wait_ready_fails_fast_when_health_is_200_but_generation_fails(monkeypat
     sup = types.SimpleNamespace(exit_code=lambda record: None)
     params = {"name": "sv", "host": "127.0.0.1", "port": 1, "ready_timeout": 1800.0, "api_key": None}
     with pytest.raises(_switch.ServerError, match="every generation failed for 10s.*HTTP 500 CUDA error"):
-        _switch.wait_ready(sup, {}, types.SimpleNamespace(probe_model="m"), params,
+        _switch.wait_ready(sup, {}, types.SimpleNamespace(probe_model="m", health_timeout=10.0), params,
                            clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     assert now[0] == pytest.approx(_switch.BROKEN_GRACE_S) and len(seen) >= _switch.BROKEN_PROBES
 
