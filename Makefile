@@ -91,7 +91,7 @@ $(VENV_LATEST)/.installed: requirements-core-latest.txt
 	touch $@
 
 test-core-latest: $(LINK) $(VENV_LATEST)/.installed ## units and module/main-job integration tests under ansible-core 2.21 (Python 3.12)
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/ansible --version | head -1
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/ansible --version | sed -n 1p  # sed reads it all: head closing the pipe early broke ansible with EPIPE
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider \
 	  tests/integration/test_switch_variant.py tests/integration/test_inference_server.py \
