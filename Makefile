@@ -81,7 +81,8 @@ test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-name
 
 # The newest ansible-core too (the supported range is 2.19 to 2.21): its own venv on Python 3.12, then the
 # units and the integration tests of the three modules and the main job (stand-in engines; the real
-# transformers engine runs under 2.19 above).
+# transformers engine runs under 2.19 above), and the switch cases that depend on how a module's process
+# lives and dies (the host finishing a switch alone, two runs at once).
 PYTHON_LATEST ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.12))
 VENV_LATEST := .venv-core-latest
 $(VENV_LATEST)/.installed: requirements-core-latest.txt
@@ -96,6 +97,8 @@ test-core-latest: $(LINK) $(VENV_LATEST)/.installed ## units and module/main-job
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider \
 	  tests/integration/test_switch_variant.py tests/integration/test_inference_server.py \
 	  tests/integration/test_gpu_idle_check.py tests/integration/test_throughput_bench.py -k "not transformers"
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider \
+	  tests/integration/test_switch_safety.py -k "kill_9 or two_runs or by_hand"
 
 # ansible-test sanity under that newest core, not part of `make test`: its pylint flags subprocess in
 # module_utils (ansible-bad-function), which the engine launch, the version probe and systemctl use, and

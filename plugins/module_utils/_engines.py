@@ -110,6 +110,8 @@ class Adapter(object):
     spellings = {}  # engine_args keys the engine spells otherwise (normalised -> the engine's flag)
     negatable = False  # false gives --no-FLAG (the engine's booleans default to None, not False)
     health_timeout = 10.0  # seconds a healthy, busy server may take to answer /health
+    abbrev = False  # the engine's parser takes a unique prefix of a long option (argparse's allow_abbrev)
+    help_args = None  # the arguments after the launcher that print every flag the engine takes
 
     def prefix(self, params):
         raise NotImplementedError
@@ -178,6 +180,12 @@ class Adapter(object):
     def launcher(self, params):
         return params.get("executable") or self.default_executable
 
+    def help_argv(self, params):
+        """The argv that prints every flag the engine accepts, or None when it cannot be asked."""
+        if self.help_args is None:
+            return None
+        return [self.launcher(params)] + list(self.help_args)
+
     def version_python(self, params):
         """The interpreter that can tell the engine's version: python, or one beside the executable."""
         if params.get("python"):
@@ -218,6 +226,8 @@ class SGLang(Adapter):
     # its /health runs a one-token generation and waits up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default,
     # 0.5.23 srt/entrypoints/http_server.py health_generate): a busy healthy server must not look dead
     health_timeout = 30.0
+    abbrev = True  # argparse: --tp works as a prefix of --tp-size; a prefix of two flags is "ambiguous"
+    help_args = ("-m", "sglang.launch_server", "--help")
     aliases = {"model": "model-path", "tensor-parallel-size": "tp-size"}
 
     def prefix(self, params):
@@ -242,14 +252,26 @@ class VLLM(Adapter):
     # BooleanOptionalAction defaulting to None, so turning one off takes --no-FLAG
     spellings = {"tp-size": "--tensor-parallel-size"}
     negatable = True
+    abbrev = True  # FlexibleArgumentParser is an argparse.ArgumentParser with allow_abbrev left on
+    help_args = ("serve", "--help=all")  # plain --help lists config groups only (vllm/utils/argparse_utils.py)
 
     def prefix(self, params):
         return [self.launcher(params), "serve", params["model"]]
 
 
 class TRTLLM(Adapter):
+    """`trtllm-serve serve MODEL ...` (click options, spelled --snake_case); no API key."""
+
     name = "trtllm"
     style = "snake"
+    distribution = "tensorrt_llm"
+    default_executable = "trtllm-serve"
+    api_key_flag = None
+    served_name_flag = None
+    help_args = ("serve", "--help")  # click: no abbreviations
+
+    def prefix(self, params):
+        return [self.launcher(params), "serve", params["model"]]
 
     def probe_model(self, params):
         """trtllm-serve serves a local model directory under its basename (tensorrt_llm/serve/openai_server.py:
@@ -258,14 +280,6 @@ class TRTLLM(Adapter):
             return params["served_model_name"]
         model = params["model"]
         return os.path.basename(os.path.normpath(model)) if os.path.isdir(model) else model
-
-    distribution = "tensorrt_llm"
-    default_executable = "trtllm-serve"
-    api_key_flag = None
-    served_name_flag = None
-
-    def prefix(self, params):
-        return [self.launcher(params), "serve", params["model"]]
 
 
 class Transformers(Adapter):
@@ -278,6 +292,7 @@ class Transformers(Adapter):
     name = "transformers"
     distribution = "transformers"
     default_executable = "transformers"
+    help_args = ("serve", "--help")  # typer (click): no abbreviations
     api_key_flag = None
     served_name_flag = None
 

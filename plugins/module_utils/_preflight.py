@@ -13,11 +13,15 @@ server's processes are gone (protected daemons, holders outside the reclaim scop
 
 from __future__ import annotations
 
+import difflib
+import hashlib
+import json
 import os
+import re
 import shutil
 import tempfile
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _idle_check, _procs
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _idle_check, _procs, _supervisor
 
 # A state file and a log's first lines need little; a disk this full fails the switch half-way.
 MIN_FREE_MIB = 16
@@ -109,6 +113,78 @@ def port_problem(params, record, running, spared):
         port, host, who, params["name"])
 
 
+# a long option as help texts print it ("--tp-size", "--enable-x / --no-enable-x", "│ --device TEXT")
+_OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w.-]*)")
+# rich and argparse wrap help to the terminal: a wide one keeps every option whole
+_HELP_ENV = {"COLUMNS": "400", "TERM": "dumb", "NO_COLOR": "1"}
+
+
+def _help_cache_key(help_argv, version, env):
+    exe = shutil.which(help_argv[0]) or help_argv[0]
+    try:
+        stat = os.stat(exe)
+        identity = [os.path.realpath(exe), stat.st_size, int(stat.st_mtime)]
+    except OSError:
+        identity = [exe]
+    blob = json.dumps([help_argv, identity, version, sorted(env.items())], sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
+
+
+def accepted_flags(help_argv, env, version, run, cache_dir, create=True):
+    """The long options the engine's own --help lists (cached per launcher and version in cache_dir):
+    (flags, None), or (None, why) when the help could not be read."""
+    path = os.path.join(cache_dir, "%s.json" % _help_cache_key(help_argv, version, env))
+    try:
+        with open(path) as handle:
+            return json.load(handle)["flags"], None
+    except (IOError, OSError, ValueError, KeyError):
+        pass
+    call_env = dict(env)
+    call_env.update(_HELP_ENV)
+    rc, out, err = run(help_argv, environ_update=call_env, expand_user_and_vars=False)
+    flags = sorted(set(m.rstrip(".-") for m in _OPTION.findall(out or "")) - {"--"})
+    if rc != 0 or len(flags) < 3:
+        tail = " ".join(((err or "") + " " + (out or "")).split())[-300:]
+        return None, "%s exited %s listing %d flags: %s" % (" ".join(help_argv), rc, len(flags), tail)
+    if create:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        _supervisor.write_atomic(path, json.dumps({"argv": help_argv, "version": version, "flags": flags}) + "\n")
+    return flags, None
+
+
+def judge_flag(flag, accepted, abbrev):
+    """None when the engine's parser takes flag, else why not (with the nearest spellings)."""
+    if flag in accepted or not flag.startswith("--"):
+        return None
+    longer = sorted(a for a in accepted if a.startswith(flag))
+    if abbrev and len(longer) == 1:
+        return None  # argparse takes a unique prefix
+    if abbrev and len(longer) > 1:
+        return "is ambiguous (it abbreviates %s)" % ", ".join(longer[:6])
+    near = longer[:3] + [a for a in difflib.get_close_matches(flag, accepted, n=3, cutoff=0.6) if a not in longer]
+    return "is not among the flags its --help lists%s" % ("; nearest: %s" % ", ".join(near[:4]) if near else "")
+
+
+def flag_problems(adapter, params, launch, version, run, create=True):
+    """Each flag of the launch that the engine's own parser would refuse (the engine exiting 2 right after
+    the old server was stopped). ([], None) when not checked: engine=command, flag_check=false, no run."""
+    help_argv = adapter.help_argv(params)
+    if not help_argv or not params.get("flag_check", True) or run is None:
+        return [], None
+    cache_dir = os.path.join(params["state_dir"], "engine-flags")
+    accepted, why = accepted_flags(help_argv, launch.env, version, run, cache_dir, create=create)
+    if accepted is None:
+        return [], {"checked": False, "why": why}
+    accepted = set(accepted)
+    problems = []
+    for flag, dummy in launch.flags:
+        verdict = judge_flag(flag, accepted, adapter.abbrev)
+        if verdict:
+            problems.append("engine %s %s does not accept %s: it %s (set flag_check: false in the variant if "
+                            "its --help is incomplete)" % (adapter.name, version or "(version unknown)", flag, verdict))
+    return problems, {"checked": True, "argv": help_argv, "flags": len(accepted)}
+
+
 def gpu_problems(params, spared, run, find_smi):
     """(blockers, survey) of params["gpu_check"] once spared are gone; ([], None) without a gpu_check."""
     if not params.get("gpu_check") or run is None:
@@ -116,14 +192,16 @@ def gpu_problems(params, spared, run, find_smi):
     return _idle_check.blockers(params["gpu_check"], run, find_smi, spared=spared)
 
 
-def check(params, adapter, record, running, spared, run=None, find_smi=None, create=True):
-    """Every blocker of a switch to params (a list of messages) and the GPU survey (or None)."""
+def check(params, adapter, launch, version, record, running, spared, run=None, find_smi=None, create=True):
+    """Every blocker of a switch to params (a list of messages), the GPU survey and the flag check (or None)."""
+    launcher = launcher_problem(adapter, params)
     blockers = [problem for problem in (
         dir_problem("state_dir", params["state_dir"], create),
         dir_problem("log_dir", params["log_dir"], create),
-        launcher_problem(adapter, params),
+        launcher,
         model_problem(params),
         port_problem(params, record, running, spared),
     ) if problem]
+    flags, flag_check = ([], None) if launcher else flag_problems(adapter, params, launch, version, run, create)
     gpus, survey = gpu_problems(params, spared, run, find_smi)
-    return blockers + gpus, survey
+    return blockers + flags + gpus, survey, flag_check

@@ -308,9 +308,11 @@ def _start(ctx, adapter, version, launch):
         result["reason"] = _start_reason(record, running, same, launch.fingerprint)
 
     spared = sup.processes(record)
-    blockers, survey = _preflight.check(params, adapter, record, running, spared, ctx.gpus.run, ctx.gpus.find_smi,
-                                        create=not ctx.check_mode)
+    blockers, survey, flag_check = _preflight.check(params, adapter, launch, version, record, running, spared,
+                                                    ctx.gpus.run, ctx.gpus.find_smi, create=not ctx.check_mode)
     result["blockers"] = blockers
+    if flag_check is not None:
+        result["flag_check"] = flag_check
     if survey is not None:
         result["gpu_check"] = survey
     if blockers:

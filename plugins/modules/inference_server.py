@@ -253,6 +253,18 @@ options:
       - A call that wants the configuration a switch under way brings up joins that switch instead.
     type: float
     default: 60
+  flag_check:
+    description:
+      - Before anything is stopped, run the engine's own help (C(python -m sglang.launch_server --help),
+        C(vllm serve --help=all), C(trtllm-serve serve --help), C(transformers serve --help)) with the
+        variant's launcher and environment, and refuse a flag it does not list, naming the flag, the engine
+        version and the nearest accepted spellings; for SGLang and vLLM (argparse) a unique prefix is taken
+        and a prefix of several flags is refused as ambiguous, as their parsers do.
+      - The list is cached per launcher and version in C(STATE_DIR/engine-flags/). A help that fails or
+        lists almost nothing is reported in RV(flag_check) and checks nothing.
+      - Set V(false) for an engine build whose help is incomplete. O(engine=command) is never checked.
+    type: bool
+    default: true
   switch_id:
     description:
       - The RV(switch.id) an earlier call returned with RV(loading=true). The call only waits for that switch
@@ -461,6 +473,11 @@ restored:
   description: The previous server that serves again after a failed switch (C(variant), C(fingerprint), C(pid), C(url)).
   returned: when RV(outcome=rolled_back)
   type: dict
+flag_check:
+  description: How the engine's flags were checked (C(checked), C(argv), C(flags) counted) or why they were not (C(why)).
+  returned: when a switch was considered and the engine can be asked
+  type: dict
+  sample: {checked: true, argv: [/opt/venv/bin/transformers, serve, --help], flags: 38}
 lock_holder:
   description: Who held the instance's lock when this call gave up waiting (C(pid), C(what), C(since)).
   returned: when the lock stayed taken for O(lock_timeout)
@@ -568,6 +585,7 @@ def main():
             log_dir=dict(type="path", default="/var/log/inferops"),
             supervisor=dict(type="str", default="auto", choices=list(_supervisor.SUPERVISORS)),
             lock_timeout=dict(type="float", default=60.0),
+            flag_check=dict(type="bool", default=True),
             switch_id=dict(type="str"),
         ),
         required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],

@@ -16,6 +16,7 @@ import signal
 import sys
 
 import pytest
+import yaml
 from switchbed import (BENCH, PLAY, ROOT, STOP, benchmarked, fleet, gpu_check_of, levels_of,  # noqa: F401 pylint: disable=unused-import
                        served, switch)
 
@@ -187,6 +188,9 @@ def test_check_mode_on_the_example_inventory_shows_the_nextn_argv(run_playbook, 
     assert not (tmp_path / "state").exists() or not os.listdir(str(tmp_path / "state"))
 
 
+LOCAL_CATALOG = yaml.safe_load(open(os.path.join(ROOT, "inventories", "local", "group_vars", "serving.yml")))["serving_variants"]
+
+
 def test_real_transformers_engine_baseline_to_batched(run_playbook, tiny_model, tmp_path, port):
     extra = {"serving_model": tiny_model, "serving_port": port,
              "serving_state_dir": str(tmp_path / "state"), "serving_log_dir": str(tmp_path / "log"),
@@ -206,5 +210,16 @@ def test_real_transformers_engine_baseline_to_batched(run_playbook, tiny_model, 
             "c=%d %.1f tok/s" % (lvl["concurrency"], lvl["output_throughput"]) for lvl in levels)))
         again = run_playbook(PLAY, extra_vars=dict(extra, variant="batched"))
         assert again.rc == 0 and again.recap()["changed"] == 0
+        # a flag the real engine does not take is found in its own --help before the stop: batched keeps serving
+        pid = served(batched)["pid"]
+        catalog = dict(LOCAL_CATALOG, typo={"extends": "batched", "engine_args": {"continous_batching": True}})
+        typo = run_playbook(PLAY, extra_vars=dict(extra, variant="typo", serving_variants=catalog))
+        assert typo.rc != 0
+        out = " ".join(typo.stdout.split())
+        assert "nothing was stopped: engine transformers %s does not accept --continous-batching: it is not among " \
+               "the flags its --help lists; nearest: --continuous-batching" % server["engine_version"] in out, out[-3000:]
+        assert _procs.alive(pid) and typo.recap()["changed"] == 0
+        state = json.load(open(os.path.join(extra["serving_state_dir"], "demo.json")))
+        assert state["pid"] == pid and state["variant"] == "batched"
     finally:
         run_playbook(STOP, extra_vars=extra)

@@ -313,3 +313,51 @@ def test_gpu_check_failure_after_the_stop_is_a_switch_failure(tmp_path, ready_pr
                           old_params, check, "switch to new").run()
     assert data["outcome"] == "rolled_back" and "GPUs not clean (sv was not started): GPU 3 held" in data["msg"]
     assert sup.events == [("stop", "old-engine"), ("start", "old-engine")]  # the new one never started
+
+
+# -- flags the engine really accepts ------------------------------------------------------------------
+
+SGLANG_0523_HELP = """usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]
+  --cuda-graph-max-bs-decode CUDA_GRAPH_MAX_BS_DECODE
+  --cuda-graph-max-bs-prefill CUDA_GRAPH_MAX_BS_PREFILL
+  --tp-size TP_SIZE, --tensor-parallel-size TP_SIZE
+  --speculative-algorithm {EAGLE,EAGLE3,NEXTN,STANDALONE,NGRAM}
+  --host HOST  --port PORT  --enable-metrics
+"""
+
+
+def test_judge_flag_as_argparse_and_click_do():
+    accepted = set(_preflight._OPTION.findall(SGLANG_0523_HELP))
+    assert _preflight.judge_flag("--tp-size", accepted, True) is None
+    assert _preflight.judge_flag("--tp", accepted, True) is None  # argparse: a unique prefix
+    assert _preflight.judge_flag("--tp", accepted, False).startswith("is not among")  # click: no prefixes
+    assert _preflight.judge_flag("--cuda-graph-max-bs", accepted, True) == (
+        "is ambiguous (it abbreviates --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill)")
+    assert _preflight.judge_flag("--speculative-algoritm", accepted, True) == (
+        "is not among the flags its --help lists; nearest: --speculative-algorithm")
+
+
+def test_flag_problems_run_the_engines_help_once_and_cache_it(tmp_path):
+    calls = []
+
+    def run(argv, environ_update=None, expand_user_and_vars=True):
+        calls.append((argv, environ_update))
+        return 0, SGLANG_0523_HELP, ""
+
+    params = dict(name="t", engine="sglang", model="M", host="127.0.0.1", port=30000, api_key=None,
+                  served_model_name=None, python="/opt/sglang/bin/python", env={"SGLANG_X": "1"},
+                  engine_args={"cuda_graph_max_bs": 128, "tp_size": 8}, state_dir=str(tmp_path))
+    adapter = _engines.adapter("sglang")
+    launch = adapter.build(params, "0.5.23")
+    problems, how = _preflight.flag_problems(adapter, params, launch, "0.5.23", run)
+    assert problems == ["engine sglang 0.5.23 does not accept --cuda-graph-max-bs: it is ambiguous (it abbreviates "
+                        "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill) (set flag_check: false in the "
+                        "variant if its --help is incomplete)"]
+    assert how["checked"] and calls[0][0] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--help"]
+    assert calls[0][1]["SGLANG_X"] == "1"  # the variant's environment
+    again, dummy = _preflight.flag_problems(adapter, params, launch, "0.5.23", run)
+    assert again == problems and len(calls) == 1  # cached per launcher and version
+    assert _preflight.flag_problems(adapter, dict(params, flag_check=False), launch, "0.5.23", run) == ([], None)
+    broken = _preflight.flag_problems(adapter, dict(params, state_dir=str(tmp_path / "x")), launch, "0.5.23",
+                                      lambda argv, **kw: (1, "", "ModuleNotFoundError: No module named 'sglang'"))
+    assert broken[0] == [] and not broken[1]["checked"] and "No module named 'sglang'" in broken[1]["why"]
