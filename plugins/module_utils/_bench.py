@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import sys
 
 from ansible_collections.inferops.serving.plugins.module_utils import _metrics, _openai_stream as _stream
@@ -66,11 +67,33 @@ class LagProbe(object):
         return _metrics.distribution(self.samples, 1000.0, 3)
 
 
+ENGINES = ("auto", "sglang", "vllm", "trtllm", "transformers", "openai")
+
+
+def identify(target, api_key=None, timeout=5.0):
+    """Which engine serves there, from what it answers: SGLang has GET /get_model_info (0.5.9 and 0.5.23
+    srt/entrypoints/http_server.py), vLLM GET /version -> {"version": ...} (0.34.0
+    entrypoints/serve/instrumentator/basic.py); anything else is a plain OpenAI server ("openai")."""
+    for path, engine, key in (("/get_model_info", "sglang", "model_path"), ("/version", "vllm", "version")):
+        try:
+            status, text = _stream.http_get(target.full(path), api_key, timeout)
+        except _stream.RequestError:
+            continue
+        if status == 200:
+            try:
+                if key in json.loads(text):
+                    return engine
+            except (ValueError, TypeError):
+                continue
+    return "openai"
+
+
 class Bench(object):
     def __init__(self, target, model, api="completions", input_tokens=128, output_tokens=256,
                  ignore_eos=True, api_key=None, timeout=600.0, slo=None, labels=None,
-                 metrics_url=None, scrape=None):
+                 metrics_url=None, scrape=None, engine="openai"):
         self.target = target
+        self.engine = engine
         self.model = model
         self.api = api
         self.input_tokens = input_tokens
@@ -90,7 +113,7 @@ class Bench(object):
     def _body(self):
         self._index += 1
         return _stream.request_body(self.api, self.model, build_prompt(self.input_tokens, self._index),
-                                    self.output_tokens, self.ignore_eos)
+                                    self.output_tokens, self.ignore_eos, engine=self.engine)
 
     def _scrape(self):
         if not self.metrics_url:
@@ -135,7 +158,9 @@ class Bench(object):
         result["requests_per_level"] = requests
         result["warmup_per_worker"] = warmup
         result["connections_opened"] = sum(c.opened for c in conns)
-        acceptance = _metrics.acceptance_from_meta(records) or _metrics.acceptance_from_counters(before, after)
+        # per request first (exact for this level), then the counters' deltas over it, then SGLang's rolling gauge
+        acceptance = (_metrics.acceptance_from_sglext(records) or _metrics.acceptance_from_meta(records)
+                      or _metrics.acceptance_from_counters(before, after) or _metrics.acceptance_from_gauge(after))
         result["acceptance_length"] = acceptance.get("acceptance_length") if acceptance else None
         result["spec_decode"] = acceptance
         result["client_loop_lag_ms"] = lag

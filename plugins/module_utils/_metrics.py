@@ -156,13 +156,22 @@ def aggregate(records, concurrency, output_tokens=None, ignore_eos=False, slo=No
 # ---------------------------------------------------------------------------- speculative decoding
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFaN]+)")
 
+# vLLM 0.34.0 vllm/v1/metrics/loggers.py: counters with one series per engine (label engine); summed here
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# SGLang 0.5.23 srt/observability/metrics_collector.py: both counted when a request finishes
+SGLANG_GENERATED = "sglang:generation_tokens_total"
+SGLANG_VERIFY = "sglang:spec_verify_calls_total"
+# SGLang 0.5.9 and later: a gauge, the mean over recent decode batches (not a figure of one run)
+SGLANG_ACCEPT_GAUGE = "sglang:spec_accept_length"
+_POSITION = re.compile(r'position="(\d+)"')
 
 
 def parse_prometheus(text):
-    """{metric name: value summed over its label sets} from Prometheus text exposition."""
+    """{metric name: value summed over its label sets} from Prometheus text exposition; the per-position
+    acceptance counter also under (name, position)."""
     out = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
@@ -175,16 +184,30 @@ def parse_prometheus(text):
         except ValueError:
             continue
         out[m.group(1)] = out.get(m.group(1), 0.0) + value
+        if m.group(1) == VLLM_PER_POS:
+            pos = _POSITION.search(m.group(2) or "")
+            if pos:
+                key = (VLLM_PER_POS, int(pos.group(1)))
+                out[key] = out.get(key, 0.0) + value
     return out
 
 
 def acceptance_from_counters(before, after):
-    """vLLM spec-decode figures over one window from two /metrics scrapes (never since start).
-
-    acceptance_length = 1 + d(accepted) / d(drafts); acceptance_rate = d(accepted) / d(draft tokens).
+    """Spec-decode figures over one window from two /metrics scrapes (never since start): vLLM's
+    (acceptance_length = 1 + d(accepted) / d(drafts), summed over every engine series, with the
+    acceptance rate per draft position) or SGLang's (d(generated tokens) / d(verify calls)).
     Returns None when the counters are absent or did not move.
     """
-    if not before or not after or VLLM_ACCEPTED not in after or VLLM_ACCEPTED not in before:
+    if not before or not after:
+        return None
+    if SGLANG_VERIFY in after and SGLANG_VERIFY in before and SGLANG_GENERATED in after and SGLANG_GENERATED in before:
+        verify = after[SGLANG_VERIFY] - before[SGLANG_VERIFY]
+        generated = after[SGLANG_GENERATED] - before[SGLANG_GENERATED]
+        if verify > 0:
+            return {"source": "sglang /metrics counter deltas over the level (generation_tokens / spec_verify_calls)",
+                    "acceptance_length": round(generated / verify, 4), "verify_steps": verify,
+                    "generated_tokens": generated}
+    if VLLM_ACCEPTED not in after or VLLM_ACCEPTED not in before:
         return None
     accepted = after[VLLM_ACCEPTED] - before[VLLM_ACCEPTED]
     out = {"source": "vllm /metrics counter deltas over the level", "accepted_tokens": accepted}
@@ -198,7 +221,39 @@ def acceptance_from_counters(before, after):
         out["acceptance_rate"] = round(accepted / draft_tokens, 4) if draft_tokens > 0 else None
     if out.get("acceptance_length") is None and out.get("acceptance_rate") is None:
         return None
+    positions = sorted(k[1] for k in after if isinstance(k, tuple) and k[0] == VLLM_PER_POS and k in before)
+    if positions and out.get("drafts"):
+        out["acceptance_rate_per_position"] = [round((after[(VLLM_PER_POS, p)] - before[(VLLM_PER_POS, p)]) / out["drafts"], 4)
+                                               for p in positions]
     return out
+
+
+def acceptance_from_gauge(after):
+    """SGLang's gauge, when nothing per level exists (0.5.9 on its OpenAI endpoints): labelled as rolling."""
+    if not after or SGLANG_ACCEPT_GAUGE not in after:
+        return None
+    return {"source": "sglang /metrics gauge spec_accept_length: a rolling mean over recent decode batches, "
+                      "not this level's figure", "acceptance_length": round(after[SGLANG_ACCEPT_GAUGE], 4),
+            "rolling": True}
+
+
+def acceptance_from_sglext(records):
+    """SGLang's per-request sglext.spec_tokens_details: sum(completion_tokens) / sum(spec_verify_ct)."""
+    tokens = verify = 0
+    for r in records:
+        details = getattr(r, "spec_details", None)
+        if r.error_kind is not None or not details:
+            continue
+        items = details if isinstance(details, list) else [details]
+        steps = sum(d.get("spec_verify_ct") or 0 for d in items if isinstance(d, dict))
+        done = (r.usage or {}).get("completion_tokens")
+        if steps > 0 and done:
+            tokens += done
+            verify += steps
+    if not verify:
+        return None
+    return {"source": "sglang sglext.spec_tokens_details (completion_tokens / spec_verify_ct)",
+            "acceptance_length": round(float(tokens) / verify, 4), "verify_steps": verify}
 
 
 def acceptance_from_meta(records):

@@ -196,7 +196,7 @@ class StreamRecord(object):
     """What one streamed request measured (monotonic seconds)."""
 
     __slots__ = ("t_send", "t_first", "t_last", "t_end", "n_events", "n_first", "usage", "chunk_usage",
-                 "meta_info", "finish_reason", "chars", "done", "error", "error_kind", "status")
+                 "meta_info", "spec_details", "finish_reason", "chars", "done", "error", "error_kind", "status")
 
     def __init__(self):
         self.t_send = None
@@ -208,6 +208,7 @@ class StreamRecord(object):
         self.usage = None
         self.chunk_usage = False  # the server reported usage on content chunks (per-chunk counts)
         self.meta_info = None
+        self.spec_details = None  # SGLang's sglext.spec_tokens_details (a list when n > 1)
         self.finish_reason = None
         self.chars = 0
         self.done = False        # saw data: [DONE]
@@ -234,6 +235,10 @@ class StreamRecord(object):
         usage = obj.get("usage")
         if "meta_info" in obj:
             self.meta_info = obj["meta_info"]
+        sglext = obj.get("sglext")
+        if isinstance(sglext, dict) and sglext.get("spec_tokens_details"):
+            # sglang 0.5.23 serving_completions.py: {"choices": [], "sglext": {"spec_tokens_details": {...}}}
+            self.spec_details = sglext["spec_tokens_details"]
         content = False
         for choice in obj.get("choices") or ():
             text = choice.get("text")
@@ -525,10 +530,14 @@ def _error_message(text):
 
 
 # ---------------------------------------------------------------------------- body builders
-def request_body(api, model, prompt, output_tokens, ignore_eos):
-    """The JSON body (bytes) of one streamed request."""
+def request_body(api, model, prompt, output_tokens, ignore_eos, engine=None):
+    """The JSON body (bytes) of one streamed request. engine=sglang asks its completions endpoint for the
+    per-request speculative-decoding figures (sglang 0.5.23 protocol.py CompletionRequest
+    return_spec_tokens_details; 0.5.9 ignores an unknown field, pydantic's default)."""
     body = {"model": model, "max_tokens": output_tokens, "stream": True,
             "stream_options": {"include_usage": True}, "temperature": 0}
+    if engine == "sglang" and api != "chat":
+        body["return_spec_tokens_details"] = True
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:

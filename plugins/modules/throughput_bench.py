@@ -102,8 +102,24 @@ options:
     description:
       - Prometheus endpoint (for example vLLM's V(http://127.0.0.1:8000/metrics)) scraped before and after
         each level; the spec-decode counter deltas give RV(results[].acceptance_length) over that level,
-        never a since-start figure. SGLang's per-request C(meta_info) is used when the stream carries it.
+        never a since-start figure. Unset, V(URL/metrics) for SGLang and vLLM (SGLang serves it with
+        C(--enable-metrics)).
     type: str
+  engine:
+    description:
+      - The engine that serves O(url), which decides where the acceptance length of speculative decoding comes
+        from (RV(results[].spec_decode.source)). V(auto) identifies it from what it answers (SGLang its
+        C(/get_model_info), vLLM its C(/version)), else V(openai); RV(engine) says what was identified.
+      - V(sglang) asks every completions request for C(return_spec_tokens_details) and reads SGLang 0.5.23's
+        C(sglext) chunk (completion tokens / verify steps over the level); without it, the deltas of
+        C(sglang:generation_tokens_total) and C(sglang:spec_verify_calls_total) over the level; failing
+        both (SGLang 0.5.9 on its OpenAI endpoints), its gauge C(sglang:spec_accept_length), labelled
+        C(rolling) since it is a mean over recent batches, not this level's figure.
+      - V(vllm) takes the deltas of its C(vllm:spec_decode_*) counters summed over every engine series
+        (data parallel), with the acceptance rate per draft position.
+    type: str
+    choices: [auto, sglang, vllm, trtllm, transformers, openai]
+    default: auto
   labels:
     description: Copied into every level's result (variant, configuration fingerprint, anything).
     type: dict
@@ -144,6 +160,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+engine:
+  description: The engine the benchmark took the server for (O(engine), or what V(auto) identified).
+  returned: always
+  type: str
+  sample: sglang
+metrics_url:
+  description: The Prometheus endpoint scraped around each level, null when none.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:30000/metrics
 url:
   description: The base URL benchmarked.
   returned: always
@@ -258,7 +284,8 @@ results:
     spec_decode:
       description: Where RV(results[].acceptance_length) came from, with the counter deltas.
       type: dict
-      sample: {source: vllm /metrics counter deltas over the level, acceptance_length: 2.9, drafts: 1200}
+      sample: {source: vllm /metrics counter deltas over the level, acceptance_length: 2.9, drafts: 1200,
+               acceptance_rate_per_position: [0.82, 0.61]}
     connections_opened:
       description: TCP connections opened by the level's workers (equal to concurrency when keep-alive held).
       type: int
@@ -325,6 +352,7 @@ def main():
                                                e2e_ms=dict(type="float"))),
             metrics_url=dict(type="str"),
             labels=dict(type="dict", default={}),
+            engine=dict(type="str", default="auto", choices=list(_bench.ENGINES)),
         ),
         supports_check_mode=True,
     )
@@ -360,14 +388,22 @@ def main():
         module.fail_json(msg="model %r is not served at %s; the server offers: %s" % (model, p["url"], ", ".join(models)),
                          url=p["url"], models=models)
 
+    engine = p["engine"]
+    if engine == "auto":
+        engine = _bench.identify(target, p["api_key"], min(p["timeout"], 5.0))
+    metrics_url = p["metrics_url"]
+    if metrics_url is None and engine in ("sglang", "vllm"):
+        metrics_url = target.full("/metrics")  # where both serve their counters (SGLang with --enable-metrics)
+
     levels = []
     for c in p["concurrency"]:
         levels.append((c, p["requests_per_level"] or max(4, 2 * c), p["warmup"]))
     bench = _bench.Bench(target, model, api=p["api"], input_tokens=p["input_tokens"],
                          output_tokens=p["output_tokens"], ignore_eos=p["ignore_eos"], api_key=p["api_key"],
-                         timeout=p["timeout"], slo=slo, labels=p["labels"], metrics_url=p["metrics_url"])
+                         timeout=p["timeout"], slo=slo, labels=p["labels"], metrics_url=metrics_url, engine=engine)
     results, client = _bench.run(bench, levels)
-    out = dict(changed=False, url=p["url"], model=model, api=p["api"], results=results, client=client)
+    out = dict(changed=False, url=p["url"], model=model, api=p["api"], results=results, client=client, engine=engine,
+               metrics_url=metrics_url)
     empty = [r for r in results if r["completed"] == 0]
     if empty:
         r = empty[0]

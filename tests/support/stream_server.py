@@ -15,7 +15,11 @@ output throughput = C*n / (ttft + (ceil(n/k) - 1)*step).
 Edge cases, each a flag: a role-only first chunk, a usage-only last chunk (on time, late, inline on
 the last content chunk, or none), [DONE] or not, multi-byte UTF-8 tokens split across writes,
 chunked transfer encoding or close-delimited bodies, dropped connections, vLLM spec-decode counters
-on /metrics and SGLang-style meta_info. GET /stats reports how late the server's own writes were
+on /metrics and SGLang-style meta_info. --engine sglang or vllm gives the real engines' own shapes
+(each read from the engine's source; see _sglang_metrics, _vllm_metrics and the sglext chunk): what
+each answers to identify it, its Prometheus counters with several label sets and _created samples,
+and SGLang's sglext spec_tokens_details chunk. A chunk of k tokens is one speculative step: one draft
+of --spec-tokens tokens, k - 1 of them accepted, so the acceptance length is exactly k. GET /stats reports how late the server's own writes were
 (?reset=1 clears it; ?trace=1 adds every stream's arrival, admission and first and last writes on
 the system monotonic clock), so a benchmark can tell server drift from client error.
 
@@ -86,6 +90,12 @@ class Server(object):
         self.drafts = 1000
         self.draft_tokens = 1000 * max(1, cfg.spec_tokens)
         self.accepted = 250
+        # per engine series (vLLM data parallel: one series per engine; a request goes to one of them)
+        self.series = [{"drafts": 500 + 100 * e, "draft_tokens": (500 + 100 * e) * max(1, cfg.spec_tokens),
+                        "accepted": 125 + e, "per_pos": [40 + e] * max(1, cfg.spec_tokens)}
+                       for e in range(max(1, cfg.engines))]
+        # SGLang: counted when a request finishes, per is_streaming label value
+        self.sgl = {"true": {"gen": 7000, "verify": 3000}, "false": {"gen": 11, "verify": 5}}
 
     # ------------------------------------------------------------------ routes
     def handle(self, conn, method, target, headers, body, t_arrival):
@@ -100,6 +110,14 @@ class Server(object):
             if "reset=1" in query:
                 self.stats.reset()
             return conn.respond(200, out)
+        if path == "/metrics" and cfg.engine == "sglang":
+            return conn.respond(200, self._sglang_metrics().encode(), "text/plain; version=0.0.4")
+        if path == "/metrics" and cfg.engine == "vllm":
+            return conn.respond(200, self._vllm_metrics().encode(), "text/plain; version=0.0.4")
+        if path == "/get_model_info" and cfg.engine == "sglang":  # sglang srt/entrypoints/http_server.py
+            return conn.respond(200, {"model_path": cfg.models[0], "is_generation": True})
+        if path == "/version" and cfg.engine == "vllm":  # vllm entrypoints/serve/instrumentator/basic.py
+            return conn.respond(200, {"version": "0.34.0"})
         if path == "/metrics" and cfg.metrics:
             text = ("# TYPE vllm:spec_decode_num_drafts_total counter\n"
                     'vllm:spec_decode_num_drafts_total{engine="0",model_name="%s"} %d\n'
@@ -121,6 +139,41 @@ class Server(object):
                 return conn.respond(404, {"error": {"message": "The model `%s` does not exist." % req.get("model")}})
             return self.generate(conn, path.endswith("chat/completions"), req, t_arrival)
         return conn.respond(404, {"error": {"message": "no route %s %s" % (method, path)}})
+
+    def _vllm_metrics(self):
+        """vLLM 0.34.0's spec-decode counters (vllm/v1/metrics/loggers.py, prometheus_client): one series per
+        engine (label engine), a _created sample beside each _total, and the per-position counter."""
+        cfg, lines, now = self.cfg, [], time.time()
+        for name, key in (("vllm:spec_decode_num_drafts", "drafts"), ("vllm:spec_decode_num_draft_tokens", "draft_tokens"),
+                          ("vllm:spec_decode_num_accepted_tokens", "accepted")):
+            lines.append("# HELP %s_total Number of spec decoding %s." % (name, key))
+            lines.append("# TYPE %s_total counter" % name)
+            for e, series in enumerate(self.series):
+                labels = 'engine="%d",model_name="%s"' % (e, cfg.models[0])
+                lines.append("%s_total{%s} %.1f" % (name, labels, series[key]))
+                lines.append("%s_created{%s} %.7e" % (name, labels, now))
+        name = "vllm:spec_decode_num_accepted_tokens_per_pos"
+        lines.append("# TYPE %s_total counter" % name)
+        for e, series in enumerate(self.series):
+            for pos, count in enumerate(series["per_pos"]):
+                lines.append('%s_total{engine="%d",model_name="%s",position="%d"} %.1f' % (name, e, cfg.models[0], pos, count))
+        return "\n".join(lines) + "\n"
+
+    def _sglang_metrics(self):
+        """SGLang 0.5.23's counters (srt/observability/metrics_collector.py: generation_tokens_total with an
+        is_streaming label, spec_verify_calls_total, both counted when a request finishes) and the rolling
+        gauge spec_accept_length, which is not a per-run figure (it says 9.99 here)."""
+        cfg, lines, now = self.cfg, [], time.time()
+        labels = 'model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0"' % cfg.models[0]
+        lines += ["# TYPE sglang:generation_tokens_total counter"]
+        for streaming, counts in sorted(self.sgl.items()):
+            lines.append('sglang:generation_tokens_total{%s,is_streaming="%s"} %.1f' % (labels, streaming, counts["gen"]))
+            lines.append('sglang:generation_tokens_created{%s,is_streaming="%s"} %.7e' % (labels, streaming, now))
+        lines += ["# TYPE sglang:spec_verify_calls_total counter",
+                  "sglang:spec_verify_calls_total{%s} %.1f" % (labels, sum(c["verify"] for c in self.sgl.values())),
+                  "sglang:spec_verify_calls_created{%s} %.7e" % (labels, now),
+                  "# TYPE sglang:spec_accept_length gauge", "sglang:spec_accept_length{%s} 9.99" % labels]
+        return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ generation
     def generate(self, conn, chat, req, t_arrival):
@@ -187,6 +240,16 @@ class Server(object):
         if cfg.meta_info:
             extra = {"meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, chunks)}}
         tail = []  # after the last content chunk: usage, meta_info, [DONE], the last HTTP chunk
+        if cfg.engine == "sglang" and not chat and req.get("return_spec_tokens_details"):
+            # sglang 0.5.23 srt/entrypoints/openai/serving_completions.py: a chunk of its own, choices empty,
+            # SglExt(spec_tokens_details=SpecTokensDetails(...)) (protocol.py), before the usage chunk
+            details = {"spec_accept_rate": round((cfg.k - 1) / float(max(1, cfg.spec_tokens)), 4),
+                       "spec_accept_length": round(n / float(max(1, chunks)), 4), "spec_cap_length": 0.0,
+                       "spec_block_accept_length": 0.0, "spec_num_correct_drafts": (cfg.k - 1) * chunks,
+                       "spec_num_proposed_drafts": cfg.spec_tokens * chunks, "spec_verify_ct": max(1, chunks),
+                       "spec_correct_drafts_histogram": [], "spec_cap_lens_histogram": []}
+            tail.append(frame(choices=False, extra={"sglext": {"routed_experts": None, "cached_tokens_details": None,
+                                                               "spec_tokens_details": details, "input_ids": None}}))
         if include_usage and cfg.usage in ("last", "late"):
             tail.append(frame(choices=False, usage_obj=usage, extra=extra))
         elif extra:
@@ -233,6 +296,7 @@ class _Stream(object):
         self.cache = {}
         self.i = 0
         self.sent = 0
+        self.engine_index = server.counter  # the engine series (vLLM data parallel) that serves this request
         self.t0 = None
 
     def start(self, t0=None):
@@ -287,11 +351,22 @@ class _Stream(object):
             server.drafts += 1
             server.draft_tokens += cfg.spec_tokens
             server.accepted += cfg.k - 1
+        if cfg.engine == "vllm" and i > 0:
+            series = server.series[self.engine_index % len(server.series)]
+            series["drafts"] += 1
+            series["draft_tokens"] += cfg.spec_tokens
+            series["accepted"] += cfg.k - 1
+            for pos in range(min(cfg.k - 1, len(series["per_pos"]))):
+                series["per_pos"][pos] += 1
         self.i, self.sent = i + 1, sent + m
         if not last:
             server.loop.call_at(self.t0 + cfg.ttft + (i + 1) * cfg.step, self.tick)
             return
         server.stats.trace.append(self.trace)
+        if cfg.engine == "sglang":
+            counts = server.sgl["true"]
+            counts["gen"] += self.n
+            counts["verify"] += self.chunks
         if self.late:
             # the usage chunk (and what follows it) comes late; the content is over
             server.loop.call_later(cfg.late_usage, self.end)
@@ -405,13 +480,17 @@ def parse_args(argv=None):
     ap.add_argument("--metrics", action="store_true", help="serve vLLM spec-decode counters on /metrics")
     ap.add_argument("--spec-tokens", type=int, default=3, help="draft tokens per draft for /metrics")
     ap.add_argument("--meta-info", action="store_true", help="SGLang-style meta_info in the last chunk")
+    ap.add_argument("--engine", choices=["openai", "sglang", "vllm"], default="openai",
+                    help="answer as that engine: how it identifies, its /metrics, SGLang's sglext chunk")
+    ap.add_argument("--engines", type=int, default=1, help="vLLM engine series on /metrics (data parallel)")
     args = ap.parse_args(argv)
     return Config(host=args.host, port=args.port, ttft=args.ttft_ms / 1000.0, step=args.step_ms / 1000.0,
                   k=max(1, args.k), batch_cap=args.batch_cap, models=args.models or ["stand-in"],
                   api_key=args.api_key, role_chunk=args.role_chunk, usage=args.usage,
                   late_usage=args.late_usage_ms / 1000.0, done=args.done, utf8=args.utf8,
                   transfer=args.transfer, drop_every=args.drop_every, eos_at=args.eos_at,
-                  metrics=args.metrics, spec_tokens=args.spec_tokens, meta_info=args.meta_info)
+                  metrics=args.metrics, spec_tokens=args.spec_tokens, meta_info=args.meta_info,
+                  engine=args.engine, engines=args.engines)
 
 
 class StampingSelector(selectors.DefaultSelector):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import socket
 import sys
@@ -116,6 +117,41 @@ def test_sglang_meta_info_gives_acceptance_length():
     with stand_in.stand_in(port, "--ttft-ms", 10, "--step-ms", 2, "--k", 4, "--meta-info") as url:
         res, dummy = bench(url)
     assert res["acceptance_length"] == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_acceptance_length_through_each_engines_own_shape(k):
+    """The stand-in speaks each engine's real shapes (tests/support/stream_server.py, read from their
+    sources): a chunk of k tokens is one speculative step, so the true acceptance length is k."""
+    port = free_port()
+    common = ("--ttft-ms", 10, "--step-ms", 2, "--k", k, "--spec-tokens", 4)
+    with stand_in.stand_in(port, *(common + ("--engine", "sglang"))) as url:
+        assert _bench.identify(s.Target(url)) == "sglang"
+        # SGLang 0.5.23's OpenAI endpoint, asked for return_spec_tokens_details: the sglext chunk
+        sglext, dummy = bench(url, engine="sglang", metrics_url=url + "/metrics")
+        # a client that does not ask (or an older SGLang): the counter deltas over the level, not since start
+        counters, dummy = bench(url, engine="openai", metrics_url=url + "/metrics")
+    assert sglext["acceptance_length"] == pytest.approx(N / math.ceil(N / float(k)))
+    assert sglext["spec_decode"]["source"].startswith("sglang sglext.spec_tokens_details")
+    assert counters["acceptance_length"] == pytest.approx(N / math.ceil(N / float(k)))
+    assert counters["spec_decode"]["source"].startswith("sglang /metrics counter deltas")
+    with stand_in.stand_in(free_port(), *(common + ("--engine", "vllm", "--engines", 2))) as url:
+        assert _bench.identify(s.Target(url)) == "vllm"
+        vllm, dummy = bench(url, engine="vllm", concurrency=2, requests=6, metrics_url=url + "/metrics")
+    # both engine series moved (requests alternate between them): their sum is the level's
+    assert vllm["acceptance_length"] == pytest.approx(float(k))
+    assert vllm["spec_decode"]["acceptance_rate_per_position"] == [1.0] * (k - 1) + [0.0] * (4 - (k - 1))
+    with stand_in.stand_in(free_port(), *common) as url:
+        assert _bench.identify(s.Target(url)) == "openai"
+
+
+def test_sglang_gauge_is_the_last_resort_and_says_it_is_rolling():
+    from ansible_collections.inferops.serving.plugins.module_utils import _metrics
+    text = 'sglang:spec_accept_length{model_name="m"} 3.25\nsglang:num_running_reqs{model_name="m"} 1\n'
+    acc = _metrics.acceptance_from_gauge(_metrics.parse_prometheus(text))
+    assert acc["acceptance_length"] == 3.25 and acc["rolling"] and "not this level's figure" in acc["source"]
+    created = 'vllm:spec_decode_num_drafts_total{engine="0"} 10\nvllm:spec_decode_num_drafts_created{engine="0"} 1.7e9\n'
+    assert _metrics.parse_prometheus(created)["vllm:spec_decode_num_drafts_total"] == 10.0  # _created apart
 
 
 def test_timeout_is_reported_per_request():
