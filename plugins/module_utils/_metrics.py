@@ -266,5 +266,5 @@ def acceptance_from_meta(records):
             verify += meta["spec_verify_ct"]
     if not verify:
         return None
-    return {"source": "sglang per-request meta_info (completion_tokens / spec_verify_ct)",
+    return {"source": "sglang native /generate meta_info (completion_tokens / spec_verify_ct)",
             "acceptance_length": round(float(tokens) / verify, 4), "verify_steps": verify}

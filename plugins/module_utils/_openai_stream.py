@@ -216,6 +216,25 @@ class StreamRecord(object):
         self.error_kind = None
         self.status = None
 
+    def _native(self, obj, t):
+        """SGLang's native /generate stream (0.5.9 tokenizer_manager.py): each event carries the whole text so
+        far and meta_info with the completion tokens so far, which stand in for usage."""
+        meta = obj.get("meta_info") or {}
+        tokens = meta.get("completion_tokens")
+        if len(obj["text"]) > self.chars:
+            if self.t_first is None:
+                self.t_first = t
+                if tokens:
+                    self.n_first = tokens
+                    self.chunk_usage = True
+            self.t_last = t
+            self.n_events += 1
+            self.chars = len(obj["text"])
+        if isinstance(meta.get("finish_reason"), dict):
+            self.finish_reason = meta["finish_reason"].get("type")
+        if tokens is not None:
+            self.usage = {"prompt_tokens": meta.get("prompt_tokens"), "completion_tokens": tokens}
+
     def on_event(self, payload, t):
         if payload == b"[DONE]":
             self.done = True
@@ -235,6 +254,9 @@ class StreamRecord(object):
         usage = obj.get("usage")
         if "meta_info" in obj:
             self.meta_info = obj["meta_info"]
+        if "choices" not in obj and isinstance(obj.get("text"), str):
+            self._native(obj, t)
+            return
         sglext = obj.get("sglext")
         if isinstance(sglext, dict) and sglext.get("spec_tokens_details"):
             # sglang 0.5.23 serving_completions.py: {"choices": [], "sglext": {"spec_tokens_details": {...}}}
@@ -536,8 +558,13 @@ def request_body(api, model, prompt, output_tokens, ignore_eos, engine=None):
     return_spec_tokens_details; 0.5.9 ignores an unknown field, pydantic's default)."""
     body = {"model": model, "max_tokens": output_tokens, "stream": True,
             "stream_options": {"include_usage": True}, "temperature": 0}
-    if engine == "sglang" and api != "chat":
+    if engine == "sglang" and api == "completions":
         body["return_spec_tokens_details"] = True
+    if api == "generate":  # SGLang's native API (GenerateReqInput): sampling parameters of its own
+        params = {"max_new_tokens": output_tokens, "temperature": 0}
+        if ignore_eos:
+            params.update(ignore_eos=True, min_new_tokens=output_tokens)
+        return json.dumps({"text": prompt, "sampling_params": params, "stream": True}).encode("utf-8")
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
@@ -549,7 +576,7 @@ def request_body(api, model, prompt, output_tokens, ignore_eos, engine=None):
 
 
 def api_path(api):
-    return "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    return {"chat": "/v1/chat/completions", "generate": "/generate"}.get(api, "/v1/completions")
 
 
 # ---------------------------------------------------------------------------- synchronous helpers

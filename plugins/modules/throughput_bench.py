@@ -40,9 +40,12 @@ options:
       - A model the server does not offer is an error that lists the models it offers.
     type: str
   api:
-    description: Which endpoint to stream from, C(/v1/completions) or C(/v1/chat/completions).
+    description:
+      - Which endpoint to stream from, C(/v1/completions), C(/v1/chat/completions), or V(generate), SGLang's
+        native C(POST /generate), whose stream carries C(meta_info.spec_verify_ct), the acceptance length of
+        speculative decoding on SGLang before 0.5.23 (its OpenAI endpoints carry none there).
     type: str
-    choices: [completions, chat]
+    choices: [completions, chat, generate]
     default: completions
   concurrency:
     description: Concurrency levels, one level each, run in this order. Each is 1 or more.
@@ -339,7 +342,7 @@ def main():
         argument_spec=dict(
             url=dict(type="str", required=True),
             model=dict(type="str"),
-            api=dict(type="str", default="completions", choices=["completions", "chat"]),
+            api=dict(type="str", default="completions", choices=["completions", "chat", "generate"]),
             concurrency=dict(type="list", elements="int", default=[1]),
             requests_per_level=dict(type="int"),
             input_tokens=dict(type="int", default=128, no_log=False),

@@ -15,7 +15,7 @@ output throughput = C*n / (ttft + (ceil(n/k) - 1)*step).
 Edge cases, each a flag: a role-only first chunk, a usage-only last chunk (on time, late, inline on
 the last content chunk, or none), [DONE] or not, multi-byte UTF-8 tokens split across writes,
 chunked transfer encoding or close-delimited bodies, dropped connections, vLLM spec-decode counters
-on /metrics and SGLang-style meta_info. --engine sglang or vllm gives the real engines' own shapes
+on /metrics. --engine sglang or vllm gives the real engines' own shapes
 (each read from the engine's source; see _sglang_metrics, _vllm_metrics and the sglext chunk): what
 each answers to identify it, its Prometheus counters with several label sets and _created samples,
 and SGLang's sglext spec_tokens_details chunk. A chunk of k tokens is one speculative step: one draft
@@ -130,6 +130,17 @@ class Server(object):
         if path == "/v1/models" and method == "GET":
             return conn.respond(200, {"object": "list", "data": [
                 {"id": m, "object": "model", "owned_by": "stand-in"} for m in cfg.models]})
+        if method == "POST" and path == "/generate" and cfg.engine == "sglang":
+            # SGLang's native API (0.5.9 srt/entrypoints/http_server.py generate_request, GenerateReqInput)
+            try:
+                req = json.loads(body)
+            except ValueError:
+                return conn.respond(400, {"error": {"message": "body is not JSON"}})
+            params = req.get("sampling_params") or {}
+            return self.generate(conn, False, {"model": cfg.models[0], "prompt": req.get("text") or "",
+                                               "max_tokens": params.get("max_new_tokens") or 128,
+                                               "stream": req.get("stream"), "ignore_eos": params.get("ignore_eos")},
+                                 t_arrival, native=True)
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
                 req = json.loads(body)
@@ -176,7 +187,7 @@ class Server(object):
         return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ generation
-    def generate(self, conn, chat, req, t_arrival):
+    def generate(self, conn, chat, req, t_arrival, native=False):
         cfg = self.cfg
         self.counter += 1
         self.stats.requests += 1
@@ -222,6 +233,21 @@ class Server(object):
                 obj.update(extra)
             return ("data: " + json.dumps(obj, ensure_ascii=False) + "\n\n").encode("utf-8")
 
+        if native:
+            # sglang 0.5.9 tokenizer_manager.py: every event carries the text so far and meta_info with the
+            # completion tokens so far and spec_verify_ct (the verify steps so far); the stream ends [DONE]
+            so_far = {"text": "", "steps": 0}
+
+            def frame(text=None, role=False, finish=None, usage_obj=None, choices=True, extra=None):
+                so_far["text"] += text or ""
+                so_far["steps"] += 1
+                tokens = min(n, so_far["steps"] * cfg.k)
+                meta = {"id": base["id"], "finish_reason": {"type": "length"} if finish else None,
+                        "prompt_tokens": prompt_tokens, "completion_tokens": tokens, "cached_tokens": 0,
+                        "spec_verify_ct": so_far["steps"], "spec_accept_length": round(tokens / float(so_far["steps"]), 4)}
+                obj = {"text": so_far["text"], "output_ids": list(range(tokens)), "meta_info": meta}
+                return ("data: " + json.dumps(obj, ensure_ascii=False) + "\n\n").encode("utf-8")
+
         chunked = cfg.transfer == "chunked"
 
         def framed(data):
@@ -237,10 +263,8 @@ class Server(object):
         head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"
         extra = None
-        if cfg.meta_info:
-            extra = {"meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, chunks)}}
         tail = []  # after the last content chunk: usage, meta_info, [DONE], the last HTTP chunk
-        if cfg.engine == "sglang" and not chat and req.get("return_spec_tokens_details"):
+        if cfg.engine == "sglang" and not chat and not native and req.get("return_spec_tokens_details"):
             # sglang 0.5.23 srt/entrypoints/openai/serving_completions.py: a chunk of its own, choices empty,
             # SglExt(spec_tokens_details=SpecTokensDetails(...)) (protocol.py), before the usage chunk
             details = {"spec_accept_rate": round((cfg.k - 1) / float(max(1, cfg.spec_tokens)), 4),
@@ -263,6 +287,7 @@ class Server(object):
                          usage if (include_usage and cfg.usage == "inline") else None,
                          "length" if n == req.get("max_tokens") else "stop", keep=chunked,
                          late=include_usage and cfg.usage == "late", trace=[t_arrival, None, None, None, n, chunks, prompt.split(" ", 1)[0][:32]])
+        stream.native = native
         if cfg.batch_cap > 0 and self.active >= cfg.batch_cap:
             self.waiting.append(stream)
         else:
@@ -297,6 +322,7 @@ class _Stream(object):
         self.i = 0
         self.sent = 0
         self.engine_index = server.counter  # the engine series (vLLM data parallel) that serves this request
+        self.native = False  # SGLang's /generate: every frame differs (the text and counts so far)
         self.t0 = None
 
     def start(self, t0=None):
@@ -328,7 +354,7 @@ class _Stream(object):
             return
         m = min(cfg.k, self.n - sent)
         last = i == self.chunks - 1
-        key = (sent % len(UTF8_TOKENS) if cfg.utf8 else 0, m, last)
+        key = (sent % len(UTF8_TOKENS) if cfg.utf8 else 0, m, last, i if self.native else 0)
         parts = self.cache.get(key)
         if parts is None:
             text = "".join(server.token(sent + j) for j in range(m))
@@ -479,7 +505,6 @@ def parse_args(argv=None):
     ap.add_argument("--eos-at", type=int, default=0, help="stop at N tokens unless ignore_eos")
     ap.add_argument("--metrics", action="store_true", help="serve vLLM spec-decode counters on /metrics")
     ap.add_argument("--spec-tokens", type=int, default=3, help="draft tokens per draft for /metrics")
-    ap.add_argument("--meta-info", action="store_true", help="SGLang-style meta_info in the last chunk")
     ap.add_argument("--engine", choices=["openai", "sglang", "vllm"], default="openai",
                     help="answer as that engine: how it identifies, its /metrics, SGLang's sglext chunk")
     ap.add_argument("--engines", type=int, default=1, help="vLLM engine series on /metrics (data parallel)")
@@ -489,7 +514,7 @@ def parse_args(argv=None):
                   api_key=args.api_key, role_chunk=args.role_chunk, usage=args.usage,
                   late_usage=args.late_usage_ms / 1000.0, done=args.done, utf8=args.utf8,
                   transfer=args.transfer, drop_every=args.drop_every, eos_at=args.eos_at,
-                  metrics=args.metrics, spec_tokens=args.spec_tokens, meta_info=args.meta_info,
+                  metrics=args.metrics, spec_tokens=args.spec_tokens,
                   engine=args.engine, engines=args.engines)
 
 

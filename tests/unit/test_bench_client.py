@@ -112,11 +112,16 @@ def test_spec_decode_counters_are_deltas_over_the_level():
     assert res["spec_decode"]["source"].startswith("vllm /metrics")
 
 
-def test_sglang_meta_info_gives_acceptance_length():
+def test_sglang_native_generate_gives_acceptance_length_and_the_same_timings():
+    """SGLang before 0.5.23 has no spec figures on its OpenAI endpoints; its native /generate stream
+    carries meta_info.spec_verify_ct (the stand-in's shape read from 0.5.9 tokenizer_manager.py)."""
     port = free_port()
-    with stand_in.stand_in(port, "--ttft-ms", 10, "--step-ms", 2, "--k", 4, "--meta-info") as url:
-        res, dummy = bench(url)
+    with stand_in.stand_in(port, "--ttft-ms", 10, "--step-ms", 2, "--k", 4, "--engine", "sglang") as url:
+        res, dummy = bench(url, api="generate", engine="sglang")
+    assert res["completed"] == 4 and res["failed"] == 0
     assert res["acceptance_length"] == pytest.approx(4.0)
+    assert res["spec_decode"]["source"].startswith("sglang native /generate meta_info")
+    assert res["tokens_per_chunk"]["p50"] == pytest.approx(4.0)
 
 
 @pytest.mark.parametrize("k", [2, 4])
