@@ -214,3 +214,27 @@ def test_real_transformers_engine_integrity(run_playbook, transformers_engine):
     rejected = run.results(task="tiny engine with ignore_eos")[0]
     assert rejected["status"] == "ignored"
     assert "set ignore_eos to false" in rejected["result"]["msg"], rejected["result"]["msg"]
+
+
+def test_the_engine_is_identified_and_its_own_acceptance_length_is_read(run_playbook, standin):
+    """engine=auto against servers that answer as SGLang and as vLLM (two engine series): each level's
+    acceptance length from that engine's shape, exactly k (a chunk of k tokens is one speculative step)."""
+    sglang = standin("--k", "3", "--engine", "sglang")
+    vllm = standin("--k", "2", "--engine", "vllm", "--engines", "2")
+    run = run_playbook(play(
+        ("sglang", dict(url=sglang, concurrency=[2], output_tokens=24, input_tokens=8), {}),
+        ("sglang native", dict(url=sglang, api="generate", concurrency=[2], output_tokens=24, input_tokens=8), {}),
+        ("vllm", dict(url=vllm, concurrency=[1, 2], output_tokens=24, input_tokens=8), {}),
+    ))
+    assert run.rc == 0, run.stdout[-3000:]
+    res = run.result(task="sglang")
+    assert res["engine"] == "sglang" and res["metrics_url"] == sglang + "/metrics"
+    assert res["results"][0]["acceptance_length"] == pytest.approx(3.0)
+    assert res["results"][0]["spec_decode"]["source"].startswith("sglang sglext")
+    native = run.result(task="sglang native")["results"][0]
+    assert native["acceptance_length"] == pytest.approx(3.0) and "native /generate" in native["spec_decode"]["source"]
+    res = run.result(task="vllm")
+    assert res["engine"] == "vllm"
+    for level in res["results"]:
+        assert level["acceptance_length"] == pytest.approx(2.0)
+        assert level["spec_decode"]["acceptance_rate_per_position"] == [1.0, 0.0, 0.0]
