@@ -111,7 +111,7 @@ options:
   engine:
     description:
       - The engine that serves O(url), which decides where the acceptance length of speculative decoding comes
-        from (RV(results[].spec_decode.source)). V(auto) identifies it from what it answers (SGLang its
+        from (C(source) in RV(results[].spec_decode)). V(auto) identifies it from what it answers (SGLang its
         C(/get_model_info), vLLM its C(/version)), else V(openai); RV(engine) says what was identified.
       - V(sglang) asks every completions request for C(return_spec_tokens_details) and reads SGLang 0.5.23's
         C(sglext) chunk (completion tokens / verify steps over the level); without it, the deltas of
