@@ -152,9 +152,13 @@ def accepted_flags(help_argv, env, version, run, cache_dir, create=True):
     return flags, None
 
 
-def judge_flag(flag, accepted, abbrev):
-    """None when the engine's parser takes flag, else why not (with the nearest spellings)."""
+def judge_flag(flag, accepted, abbrev, negatable=False):
+    """None when the engine's parser takes flag, else why not (with the nearest spellings). negatable: the
+    parser takes --no-FLAG for every boolean --FLAG without listing it (vLLM 0.34.0 hides those forms
+    from --help but accepts them)."""
     if flag in accepted or not flag.startswith("--"):
+        return None
+    if negatable and flag.startswith("--no-") and judge_flag("--" + flag[5:], accepted, abbrev) is None:
         return None
     longer = sorted(a for a in accepted if a.startswith(flag))
     if abbrev and len(longer) == 1:
@@ -178,7 +182,7 @@ def flag_problems(adapter, params, launch, version, run, create=True):
     accepted = set(accepted)
     problems = []
     for flag, dummy in launch.flags:
-        verdict = judge_flag(flag, accepted, adapter.abbrev)
+        verdict = judge_flag(flag, accepted, adapter.abbrev, adapter.negatable)
         if verdict:
             problems.append("engine %s %s does not accept %s: it %s (set flag_check: false in the variant if "
                             "its --help is incomplete)" % (adapter.name, version or "(version unknown)", flag, verdict))

@@ -33,6 +33,15 @@ def flat(run):
     return " ".join(run.stdout.split())
 
 
+def observed(label, run, fleet):
+    """One line of what the operator saw and what the host holds (pytest -s shows it)."""
+    record = fleet.record() or {}
+    tail = [line for line in flat(run).split(" | ") if line][-1:]
+    print("\nOBSERVED %s: rc=%d changed=%d | %s | state: %s pid %s | engines %s | port owner %s"
+          % (label, run.rc, run.recap()["changed"], (tail or [""])[0][-160:], record.get("variant"), record.get("pid"),
+             sorted(engines(fleet)), port_owner(fleet.port)))
+
+
 def engines(fleet):
     """The process groups of the instance's engines that live now (marker carriers): {pgid: [pids]}."""
     marker = _supervisor.marker_value("sv", str(fleet.state_dir))
@@ -103,6 +112,7 @@ def test_a_gpu_holder_that_would_remain_is_found_before_the_stop(switch, fleet, 
     assert run.recap()["changed"] == 0
     untouched(fleet, before)
     assert daemon.poll() is None  # never signalled
+    observed("%s holder on GPU 2 (old pid %d)" % (holder, before["pid"]), run, fleet)
 
 
 def test_a_taken_new_port_is_found_before_the_stop_and_named(switch, fleet):
@@ -122,6 +132,7 @@ def test_a_taken_new_port_is_found_before_the_stop_and_named(switch, fleet):
     assert "which is not instance 'sv'" in out and "ROLLED BACK" not in out
     assert run.recap()["changed"] == 0
     untouched(fleet, before)
+    observed("new port %d taken (old pid %d)" % (new_port, before["pid"]), run, fleet)
 
 
 def _mount(path, *options):
@@ -162,6 +173,7 @@ def test_a_read_only_or_full_disk_is_found_before_the_stop(switch, fleet, tmp_pa
         assert run.recap()["changed"] == 0
         untouched(fleet, before)
         assert [n for n in os.listdir(str(target)) if ".tmp." in n or n.startswith(".inferops")] == []
+        observed("%s dir %s (old pid %d)" % (where, how, before["pid"]), run, fleet)
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(target)], capture_output=True, check=False)
         switch(playbook=STOP)  # the server's files may be on that disk: stop it before the disk goes
@@ -216,6 +228,8 @@ def test_kill_9_of_the_controller_mid_switch_the_host_finishes_alone(switch, fle
     done = _wait_for(lambda: _journal(fleet).get("outcome"), 60, "the host to finish the switch alone")
     assert done == ("rolled_back" if ends == "fast" else "ready")
     record = serving(fleet, ends)
+    print("\nOBSERVED kill -9 mid-switch to %s: controller gone; host: %s; phases %s; state: %s pid %d"
+          % (variant, done, _journal(fleet)["phases"], record["variant"], record["pid"]))
     if ends == "fast":
         assert "ROLLED BACK: fast serves again" in _journal(fleet)["msg"]
     # the next run knows what serves (it does not say "nothing recorded before")
@@ -235,7 +249,9 @@ def test_two_runs_at_once_one_waits_and_exactly_one_engine_serves(switch, fleet,
     assert first.returncode == 0, out1[-3000:]
     assert second.returncode == 0, out2[-3000:]
     assert "switched from slowload" in " ".join(out2.split())  # it ran after the first one, on what that left
-    serving(fleet, "slow")
+    record = serving(fleet, "slow")
+    print("\nOBSERVED two runs at once: both rc 0, the second switched from slowload; one engine %s, state slow pid %d"
+          % (sorted(engines(fleet)), record["pid"]))
 
     # a run that gives up waiting names who holds the lock, and kills nothing of theirs
     third = _popen_playbook(fleet, ansible_env, "slowload")
@@ -248,6 +264,7 @@ def test_two_runs_at_once_one_waits_and_exactly_one_engine_serves(switch, fleet,
     assert "nothing was stopped: another run is changing this instance: pid %d (switch to slowload" % holder in out
     assert "waited lock_timeout=1.0s" in out and "since 20" in out
     assert fourth.recap()["changed"] == 0
+    observed("lock_timeout=1 while another run switches", fourth, fleet)
     assert third.communicate(timeout=300)[0] and third.returncode == 0
     serving(fleet, "slowload")
 
@@ -274,6 +291,7 @@ def test_a_variant_with_the_same_configuration_is_relabelled_not_restarted(switc
                         env=fleet.gpus.env)
     assert roll.rc == 0, roll.stdout[-3000:]
     serving(fleet, "fast", pid=before["pid"])
+    observed("fast2 = fast's configuration (pid %d)" % before["pid"], run, fleet)
 
 
 def test_health_200_while_every_generation_fails_is_a_broken_engine_not_a_slow_one(switch, fleet):
@@ -291,6 +309,8 @@ def test_health_200_while_every_generation_fails_is_a_broken_engine_not_a_slow_o
     assert run.recap()["changed"] >= 1
     record = serving(fleet, "fast")
     assert record["pid"] != before["pid"]
+    print("\nOBSERVED /health 200, completions 500: failed after %.1fs (ready_timeout 600)" % took)
+    observed("broken engine", run, fleet)
 
 
 def test_a_reserved_engine_flag_is_refused_and_nothing_is_stopped(switch, fleet):
@@ -303,6 +323,7 @@ def test_a_reserved_engine_flag_is_refused_and_nothing_is_stopped(switch, fleet)
     assert "ROLLED BACK" not in out and run.recap()["changed"] == 0
     assert run.result("inference_server")["outcome"] == "nothing_stopped"
     untouched(fleet, before)
+    observed("engine_args --port (old pid %d)" % before["pid"], run, fleet)
 
 
 def test_an_api_key_goes_where_the_engine_reads_it_or_is_an_error(switch, fleet):
@@ -313,6 +334,7 @@ def test_an_api_key_goes_where_the_engine_reads_it_or_is_an_error(switch, fleet)
     assert "nothing was stopped: engine command: api_key is set but appears nowhere in command or env" in out
     assert "s3cret-key" not in run.stdout
     untouched(fleet, before)
+    observed("command + api_key nowhere in command (old pid %d)" % before["pid"], run, fleet)
 
     # in the command, the key is used by the readiness probe and redacted from what is reported
     fleet.add_variants({"keyed": {"command": stand_in(fleet.port, 2) + ["--api-key", "s3cret-key"]}})
@@ -342,3 +364,4 @@ def test_a_run_takes_over_from_a_switch_process_killed_by_hand(switch, fleet, an
     out = flat(run)
     assert "exited with code 3 before it was ready" in out and "ROLLED BACK: fast serves again" in out
     serving(fleet, "fast")
+    observed("switch process killed by hand, next run to crash", run, fleet)

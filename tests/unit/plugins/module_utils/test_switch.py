@@ -361,3 +361,13 @@ def test_flag_problems_run_the_engines_help_once_and_cache_it(tmp_path):
     broken = _preflight.flag_problems(adapter, dict(params, state_dir=str(tmp_path / "x")), launch, "0.5.23",
                                       lambda argv, **kw: (1, "", "ModuleNotFoundError: No module named 'sglang'"))
     assert broken[0] == [] and not broken[1]["checked"] and "No module named 'sglang'" in broken[1]["why"]
+
+
+def test_vllm_negations_are_taken_though_its_help_hides_them():
+    # vllm 0.34.0: `--no-enable-prefix-caching` parses (enable_prefix_caching=False) but --help=all lists only
+    # --enable-prefix-caching; a --no- form of a flag it does not have is still refused
+    accepted = {"--enable-prefix-caching", "--tensor-parallel-size", "--trust-remote-code"}
+    assert _preflight.judge_flag("--no-enable-prefix-caching", accepted, True, negatable=True) is None
+    assert _preflight.judge_flag("--no-enable-prefix-caching", accepted, True, negatable=False) is not None
+    assert _preflight.judge_flag("--no-such-thing", accepted, True, negatable=True).startswith("is not among")
+    assert _preflight.judge_flag("--tp-size", accepted, True, negatable=True).startswith("is not among")
