@@ -36,9 +36,10 @@ def flat(run):
 def observed(label, run, fleet):
     """One line of what the operator saw and what the host holds (pytest -s shows it)."""
     record = fleet.record() or {}
-    tail = [line for line in flat(run).split(" | ") if line][-1:]
+    out = flat(run)
+    said = out[out.find("Variant "):out.find(" Origin:", out.find("Variant "))] if "Variant " in out else out[-200:]
     print("\nOBSERVED %s: rc=%d changed=%d | %s | state: %s pid %s | engines %s | port owner %s"
-          % (label, run.rc, run.recap()["changed"], (tail or [""])[0][-160:], record.get("variant"), record.get("pid"),
+          % (label, run.rc, run.recap()["changed"], said[-400:], record.get("variant"), record.get("pid"),
              sorted(engines(fleet)), port_owner(fleet.port)))
 
 
