@@ -268,7 +268,8 @@ class TRTLLM(Adapter):
     default_executable = "trtllm-serve"
     api_key_flag = None
     served_name_flag = None
-    help_args = ("serve", "--help")  # click: no abbreviations
+    # trtllm-serve's own parser was not read here (its repository is too large to fetch): no abbreviations assumed
+    help_args = ("serve", "--help")
 
     def prefix(self, params):
         return [self.launcher(params), "serve", params["model"]]
@@ -292,7 +293,7 @@ class Transformers(Adapter):
     name = "transformers"
     distribution = "transformers"
     default_executable = "transformers"
-    help_args = ("serve", "--help")  # typer (click): no abbreviations
+    help_args = ("serve", "--help")  # transformers 5.24 cli/serve.py is typer (click): no abbreviations
     api_key_flag = None
     served_name_flag = None
 

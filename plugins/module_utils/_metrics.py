@@ -156,7 +156,8 @@ def aggregate(records, concurrency, output_tokens=None, ignore_eos=False, slo=No
 # ---------------------------------------------------------------------------- speculative decoding
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFaN]+)")
 
-# vLLM 0.34.0 vllm/v1/metrics/loggers.py: counters with one series per engine (label engine); summed here
+# vLLM 0.34.0 vllm/v1/spec_decode/metrics.py: counters with one series per engine (label engine), summed here;
+# the per-position counter adds the label position
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"

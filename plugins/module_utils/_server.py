@@ -137,7 +137,7 @@ def _locked(ctx, what, launch, converge):
     joining = {}
 
     def join_if_same(holder):
-        data = ctx.journal.load() or {}
+        data = _switch.loaded(ctx.journal) or {}
         target = data.get("target") or {}
         if launch is None or params["state"] != "started" or data.get("outcome"):
             return False
@@ -242,7 +242,7 @@ def _stop(ctx):
 
 def _restore_target(ctx, record, running):
     """What a failed switch restores: the last server that was ready (public record, its parameters)."""
-    stored = ctx.launches.load() or {}
+    stored = _switch.loaded(ctx.launches) or {}
     if record and record.get("previous"):  # a switch that never finished: what served before it
         return record["previous"], stored.get("previous")
     if record and running and not record.get("loading"):
@@ -265,7 +265,7 @@ def _keep(ctx, record, launch, healthy, diff):
             raise _switch.nothing_stopped(problem)
         record["variant"] = params["variant"]
         ctx.sup.store.save(record)
-        stored = ctx.launches.load() or {}
+        stored = _switch.loaded(ctx.launches) or {}
         if stored.get("current"):
             stored["current"]["variant"] = params["variant"]
             ctx.launches.save(stored)

@@ -87,12 +87,12 @@ def tail(path, lines=40, offset=0, max_bytes=65536):
 
 
 class StateStore(object):
-    """<state_dir>/<name>.json, written atomically with mode 0600."""
+    """<state_dir>/<name>.json (or <state_dir>/<filename>), written atomically with mode 0600."""
 
-    def __init__(self, name, state_dir):
+    def __init__(self, name, state_dir, filename=None):
         self.name = name
         self.state_dir = state_dir
-        self.path = os.path.join(state_dir, "%s.json" % name)
+        self.path = os.path.join(state_dir, filename or "%s.json" % name)
 
     def load(self):
         try:

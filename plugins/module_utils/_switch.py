@@ -16,7 +16,6 @@ secrets in <state_dir>/<name>.launch.json (mode 0600), which the roles never rea
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import traceback
@@ -136,26 +135,10 @@ def wait_port_free(host, port, timeout=10.0):
     return True
 
 
-class _JsonFile(object):
-    def __init__(self, path):
-        self.path = path
-
-    def load(self):
-        try:
-            with open(self.path) as handle:
-                data = json.load(handle)
-        except (IOError, OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def save(self, data):
-        _supervisor.write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
-
-    def clear(self):
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+def loaded(store):
+    """A state file's content, None when it is absent or unreadable."""
+    data = store.load()
+    return None if not data or data.get("corrupt") else data
 
 
 KEEP_JOURNALS = 20
@@ -166,8 +149,8 @@ def journal(state_dir, name, switch_id=None):
     that switch's own journal in <state_dir>/<name>.switches/ (a later switch must not hide how an
     earlier one ended from the run that waits for it)."""
     if switch_id:
-        return _JsonFile(os.path.join(state_dir, "%s.switches" % name, "%s.json" % switch_id))
-    return _JsonFile(os.path.join(state_dir, "%s.switch.json" % name))
+        return _supervisor.StateStore(name, os.path.join(state_dir, "%s.switches" % name), "%s.json" % switch_id)
+    return _supervisor.StateStore(name, state_dir, "%s.switch.json" % name)
 
 
 def _prune(directory, keep=KEEP_JOURNALS):
@@ -184,7 +167,7 @@ def _prune(directory, keep=KEEP_JOURNALS):
 
 def launches(state_dir, name):
     """<state_dir>/<name>.launch.json (0600): {"current": params, "previous": params}, secrets included."""
-    return _JsonFile(os.path.join(state_dir, "%s.launch.json" % name))
+    return _supervisor.StateStore(name, state_dir, "%s.launch.json" % name)
 
 
 def stored_params(params):
@@ -230,8 +213,6 @@ class Switch(object):
 
     def save(self):
         own = journal(self.params["state_dir"], self.params["name"], self.data["id"])
-        if not os.path.isdir(os.path.dirname(own.path)):
-            os.makedirs(os.path.dirname(own.path), mode=0o700, exist_ok=True)
         own.save(self.data)
         self.journal.save(self.data)
         if self.data["phase"] == "preparing":
@@ -268,14 +249,14 @@ class Switch(object):
         record["started_at"] = time.time()
         record.update(self.sup.start(launch.argv, launch.env))
         self.sup.store.save(record)
-        stored = self.launches.load() or {}
+        stored = loaded(self.launches) or {}
         stored["current"] = stored_params(params)
         self.launches.save(stored)
         return record
 
     def _keep_previous(self, record):
         self.sup.store.save(dict(record, previous=self.previous))
-        stored = self.launches.load() or {}
+        stored = loaded(self.launches) or {}
         stored["previous"] = self.previous_params
         self.launches.save(stored)
 
@@ -460,7 +441,7 @@ def await_switch(switch_id, state_dir, name, pid=None, limit=None, started_limit
     book = journal(state_dir, name, switch_id)
     began, waiting_since = clock(), None
     while True:
-        data = book.load()
+        data = loaded(book)
         if data is None:
             return {"id": switch_id, "outcome": "unknown",
                     "msg": "no switch %s is known on this host (%s)" % (switch_id, book.path)}
@@ -468,7 +449,7 @@ def await_switch(switch_id, state_dir, name, pid=None, limit=None, started_limit
             return data
         runner = pid or data.get("pid")
         if runner and not _procs.alive(runner) and clock() - began > 1.0:
-            data = book.load() or data  # it may have finished between the two reads
+            data = loaded(book) or data  # it may have finished between the two reads
             if not data.get("outcome"):
                 data["outcome"] = "died"
                 data["msg"] = ("the switch process %s ended without an outcome in phase %s; the next run takes over "

@@ -152,7 +152,7 @@ class Server(object):
         return conn.respond(404, {"error": {"message": "no route %s %s" % (method, path)}})
 
     def _vllm_metrics(self):
-        """vLLM 0.34.0's spec-decode counters (vllm/v1/metrics/loggers.py, prometheus_client): one series per
+        """vLLM 0.34.0's spec-decode counters (vllm/v1/spec_decode/metrics.py, prometheus_client): one series per
         engine (label engine), a _created sample beside each _total, and the per-position counter."""
         cfg, lines, now = self.cfg, [], time.time()
         for name, key in (("vllm:spec_decode_num_drafts", "drafts"), ("vllm:spec_decode_num_draft_tokens", "draft_tokens"),
