@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units integration molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
+.PHONY: help setup test lint sanity units conformance engine-envs integration molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -45,7 +45,7 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 	rm -rf build/awx-wheel
 	test -f $@ && touch $@
 
-test: setup lint sanity units integration molecule awx test-fleet test-core-latest ## everything CI runs
+test: setup lint sanity units conformance integration molecule awx test-fleet test-core-latest ## everything CI runs
 
 lint: setup ## ansible-lint, production profile
 	ansible-lint --offline --profile production
@@ -55,6 +55,27 @@ sanity: setup ## ansible-test sanity on a copy of the tree
 
 units: setup ## unit tests
 	python -m pytest -q tests/unit
+
+# The engines' own argument parsers, without GPUs: each pinned SGLang / vLLM wheel installed --no-deps in a
+# side environment with the few pure-Python packages its parser needs (tests/conformance/requirements);
+# torch and the rest are faked by tests/conformance/engine_stubs.py, loaded by a .pth file, so the engines'
+# own commands (`python -m sglang.launch_server --help`, `vllm serve --help=all`) run there too.
+ENGINE_ENVS := build/engine-envs
+ENGINE_PROFILES := $(basename $(notdir $(wildcard tests/conformance/requirements/*.txt)))
+ENGINE_STAMPS := $(foreach p,$(ENGINE_PROFILES),$(ENGINE_ENVS)/$(p)/.installed)
+
+$(ENGINE_ENVS)/%/.installed: tests/conformance/requirements/%.txt | $(STAMP)
+	rm -rf $(ENGINE_ENVS)/$*
+	$(PYTHON) -m venv --without-pip $(ENGINE_ENVS)/$*
+	$(BIN)/python -m pip --python $(ENGINE_ENVS)/$*/bin/python install -q --disable-pip-version-check --no-deps -r $<
+	printf '%s\nimport engine_stubs; engine_stubs.boot("%s")\n' "$(CURDIR)/tests/conformance" "$*" \
+	  > "$$($(ENGINE_ENVS)/$*/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/zz_inferops_engine_stubs.pth"
+	touch $@
+
+engine-envs: $(ENGINE_STAMPS) ## the side environments holding the pinned SGLang and vLLM parsers (build/engine-envs)
+
+conformance: setup engine-envs ## the real SGLang/vLLM parsers and --help against every example variant and module doc example
+	ENGINE_ENVS=$(CURDIR)/$(ENGINE_ENVS) python -m pytest -q tests/conformance
 
 integration: setup ## integration tests: real ansible-playbook runs on localhost
 	python -m pytest -q tests/integration
