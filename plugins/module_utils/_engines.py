@@ -180,6 +180,10 @@ class Adapter(object):
     def launcher(self, params):
         return params.get("executable") or self.default_executable
 
+    def spelling(self, flag):
+        """The engine's own flag for a spelling the adapter rewrites (vLLM: --tp-size is --tensor-parallel-size)."""
+        return self.spellings.get(_norm(flag))
+
     def help_argv(self, params):
         """The argv that prints every flag the engine accepts, or None when it cannot be asked."""
         if self.help_args is None:

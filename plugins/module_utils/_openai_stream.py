@@ -259,7 +259,7 @@ class StreamRecord(object):
             return
         sglext = obj.get("sglext")
         if isinstance(sglext, dict) and sglext.get("spec_tokens_details"):
-            # sglang 0.5.23 serving_completions.py: {"choices": [], "sglext": {"spec_tokens_details": {...}}}
+            # sglang 0.5.23 serving_completions.py / serving_chat.py: {"choices": [], "sglext": {"spec_tokens_details": {...}}}
             self.spec_details = sglext["spec_tokens_details"]
         content = False
         for choice in obj.get("choices") or ():
@@ -553,12 +553,12 @@ def _error_message(text):
 
 # ---------------------------------------------------------------------------- body builders
 def request_body(api, model, prompt, output_tokens, ignore_eos, engine=None):
-    """The JSON body (bytes) of one streamed request. engine=sglang asks its completions endpoint for the
-    per-request speculative-decoding figures (sglang 0.5.23 protocol.py CompletionRequest
-    return_spec_tokens_details; 0.5.9 ignores an unknown field, pydantic's default)."""
+    """The JSON body (bytes) of one streamed request. engine=sglang asks its OpenAI endpoints for the
+    per-request speculative-decoding figures (sglang 0.5.23 srt/entrypoints/openai/protocol.py: CompletionRequest
+    and ChatCompletionRequest return_spec_tokens_details; 0.5.9 ignores an unknown field, pydantic's default)."""
     body = {"model": model, "max_tokens": output_tokens, "stream": True,
             "stream_options": {"include_usage": True}, "temperature": 0}
-    if engine == "sglang" and api == "completions":
+    if engine == "sglang" and api in ("completions", "chat"):
         body["return_spec_tokens_details"] = True
     if api == "generate":  # SGLang's native API (GenerateReqInput): sampling parameters of its own
         params = {"max_new_tokens": output_tokens, "temperature": 0}

@@ -152,10 +152,10 @@ def accepted_flags(help_argv, env, version, run, cache_dir, create=True):
     return flags, None
 
 
-def judge_flag(flag, accepted, abbrev, negatable=False):
+def judge_flag(flag, accepted, abbrev, negatable=False, spelled=None):
     """None when the engine's parser takes flag, else why not (with the nearest spellings). negatable: the
     parser takes --no-FLAG for every boolean --FLAG without listing it (vLLM 0.34.0 hides those forms
-    from --help but accepts them)."""
+    from --help but accepts them). spelled: the engine's own spelling of flag, when the adapter knows one."""
     if flag in accepted or not flag.startswith("--"):
         return None
     if negatable and flag.startswith("--no-") and judge_flag("--" + flag[5:], accepted, abbrev) is None:
@@ -166,6 +166,8 @@ def judge_flag(flag, accepted, abbrev, negatable=False):
     if abbrev and len(longer) > 1:
         return "is ambiguous (it abbreviates %s)" % ", ".join(longer[:6])
     near = longer[:3] + [a for a in difflib.get_close_matches(flag, accepted, n=3, cutoff=0.6) if a not in longer]
+    if spelled in accepted:
+        near = [spelled] + [a for a in near if a != spelled]
     return "is not among the flags its --help lists%s" % ("; nearest: %s" % ", ".join(near[:4]) if near else "")
 
 
@@ -182,7 +184,7 @@ def flag_problems(adapter, params, launch, version, run, create=True):
     accepted = set(accepted)
     problems = []
     for flag, dummy in launch.flags:
-        verdict = judge_flag(flag, accepted, adapter.abbrev, adapter.negatable)
+        verdict = judge_flag(flag, accepted, adapter.abbrev, adapter.negatable, adapter.spelling(flag))
         if verdict:
             problems.append("engine %s %s does not accept %s: it %s (set flag_check: false in the variant if "
                             "its --help is incomplete)" % (adapter.name, version or "(version unknown)", flag, verdict))

@@ -113,7 +113,7 @@ options:
       - The engine that serves O(url), which decides where the acceptance length of speculative decoding comes
         from (C(source) in RV(results[].spec_decode)). V(auto) identifies it from what it answers (SGLang its
         C(/get_model_info), vLLM its C(/version)), else V(openai); RV(engine) says what was identified.
-      - V(sglang) asks every completions request for C(return_spec_tokens_details) and reads SGLang 0.5.23's
+      - V(sglang) asks every completions and chat request for C(return_spec_tokens_details) and reads SGLang 0.5.23's
         C(sglext) chunk (completion tokens / verify steps over the level); without it, the deltas of
         C(sglang:generation_tokens_total) and C(sglang:spec_verify_calls_total) over the level; failing
         both (SGLang 0.5.9 on its OpenAI endpoints), its gauge C(sglang:spec_accept_length), labelled

@@ -16,6 +16,8 @@ import urllib.request
 import pytest
 import yaml
 
+from ansible_collections.inferops.serving.plugins.module_utils import _procs, _supervisor
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPPORT = os.path.join(ROOT, "tests", "support")
 PLAY = os.path.join(ROOT, "playbooks", "switch_variant.yml")
@@ -130,3 +132,59 @@ def gpu_check_of(run):
     """The GPU check that inference_server ran between the stop and the start (None if none ran)."""
     checks = [r["result"]["gpu_check"] for r in run.results("inference_server") if r["result"].get("gpu_check")]
     return checks[-1] if checks else None
+
+
+# What an operator checks after a run: the state file, the engines alive, the port's owner.
+def flat(run):
+    return " ".join(run.stdout.split())
+
+
+def observed(label, run, fleet):
+    """One line of what the operator saw and what the host holds (pytest -s shows it)."""
+    record = fleet.record() or {}
+    out = flat(run)
+    said = out[out.find("Variant "):out.find(" Origin:", out.find("Variant "))] if "Variant " in out else out[-200:]
+    print("\nOBSERVED %s: rc=%d changed=%d | %s | state: %s pid %s | engines %s | port owner %s"
+          % (label, run.rc, run.recap()["changed"], said[-400:], record.get("variant"), record.get("pid"),
+             sorted(engines(fleet)), port_owner(fleet.port)))
+
+
+def engines(fleet):
+    """The process groups of the instance's engines that live now (marker carriers): {pgid: [pids]}."""
+    marker = _supervisor.marker_value("sv", str(fleet.state_dir))
+    groups = {}
+    for info in _procs.list_procs():
+        if info.state not in ("Z", "X") and _procs.environ_has(info.pid, _supervisor.MARKER_KEY, marker):
+            groups.setdefault(info.pgid, []).append(info.pid)
+    return groups
+
+
+def port_owner(port):
+    owners = _procs.listeners(port)
+    return owners[0].pid if owners else None
+
+
+def serving(fleet, variant, pid=None):
+    """The state file names variant, its pid is the one engine of the instance, and it owns the port."""
+    record = fleet.record()
+    assert record is not None, "nothing recorded"
+    assert record["variant"] == variant, record
+    assert "loading" not in record and "previous" not in record, record
+    if pid is not None:
+        assert record["pid"] == pid
+    assert list(engines(fleet)) == [record["pid"]], (engines(fleet), record["pid"])
+    assert port_owner(fleet.port) == record["pid"]
+    assert fleet.health() == 200
+    return record
+
+
+def untouched(fleet, before):
+    """The server that ran before a refused switch runs on: same pid, same record, serving."""
+    serving(fleet, before["variant"], pid=before["pid"])
+    assert fleet.record()["started_at"] == before["started_at"]
+
+
+def started(switch, fleet, variant="fast"):
+    run = switch(variant, extra={"bench": "never"})
+    assert run.rc == 0, run.stdout[-3000:]
+    return serving(fleet, variant)

@@ -21,67 +21,13 @@ import sys
 import time
 
 import pytest
-from switchbed import PLAY, ROOT, STOP, fake_engine, fleet, levels_of, stand_in, switch  # noqa: F401 pylint: disable=unused-import
+from switchbed import (PLAY, ROOT, STOP, engines, fake_engine, flat, fleet, levels_of, observed, port_owner,  # noqa: F401 pylint: disable=unused-import
+                       serving, stand_in, started, switch, untouched)
 
-from ansible_collections.inferops.serving.plugins.module_utils import _procs, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import _procs
 
 BIN = os.path.dirname(sys.executable)
 HOLDER = os.path.join(ROOT, "tests", "support", "gpu_holder.py")
-
-
-def flat(run):
-    return " ".join(run.stdout.split())
-
-
-def observed(label, run, fleet):
-    """One line of what the operator saw and what the host holds (pytest -s shows it)."""
-    record = fleet.record() or {}
-    out = flat(run)
-    said = out[out.find("Variant "):out.find(" Origin:", out.find("Variant "))] if "Variant " in out else out[-200:]
-    print("\nOBSERVED %s: rc=%d changed=%d | %s | state: %s pid %s | engines %s | port owner %s"
-          % (label, run.rc, run.recap()["changed"], said[-400:], record.get("variant"), record.get("pid"),
-             sorted(engines(fleet)), port_owner(fleet.port)))
-
-
-def engines(fleet):
-    """The process groups of the instance's engines that live now (marker carriers): {pgid: [pids]}."""
-    marker = _supervisor.marker_value("sv", str(fleet.state_dir))
-    groups = {}
-    for info in _procs.list_procs():
-        if info.state not in ("Z", "X") and _procs.environ_has(info.pid, _supervisor.MARKER_KEY, marker):
-            groups.setdefault(info.pgid, []).append(info.pid)
-    return groups
-
-
-def port_owner(port):
-    owners = _procs.listeners(port)
-    return owners[0].pid if owners else None
-
-
-def serving(fleet, variant, pid=None):
-    """The state file names variant, its pid is the one engine of the instance, and it owns the port."""
-    record = fleet.record()
-    assert record is not None, "nothing recorded"
-    assert record["variant"] == variant, record
-    assert "loading" not in record and "previous" not in record, record
-    if pid is not None:
-        assert record["pid"] == pid
-    assert list(engines(fleet)) == [record["pid"]], (engines(fleet), record["pid"])
-    assert port_owner(fleet.port) == record["pid"]
-    assert fleet.health() == 200
-    return record
-
-
-def untouched(fleet, before):
-    """The server that ran before a refused switch runs on: same pid, same record, serving."""
-    serving(fleet, before["variant"], pid=before["pid"])
-    assert fleet.record()["started_at"] == before["started_at"]
-
-
-def started(switch, fleet, variant="fast"):
-    run = switch(variant, extra={"bench": "never"})
-    assert run.rc == 0, run.stdout[-3000:]
-    return serving(fleet, variant)
 
 
 def protected_daemon(fleet, tmp_path, gpu):

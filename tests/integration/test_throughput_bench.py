@@ -220,10 +220,13 @@ def test_the_engine_is_identified_and_its_own_acceptance_length_is_read(run_play
     """engine=auto against servers that answer as SGLang and as vLLM (two engine series): each level's
     acceptance length from that engine's shape, exactly k (a chunk of k tokens is one speculative step)."""
     sglang = standin("--k", "3", "--engine", "sglang")
+    counters = standin("--k", "3", "--engine", "sglang", "--no-sglext")
     vllm = standin("--k", "2", "--engine", "vllm", "--engines", "2")
     run = run_playbook(play(
         ("sglang", dict(url=sglang, concurrency=[2], output_tokens=24, input_tokens=8), {}),
         ("sglang native", dict(url=sglang, api="generate", concurrency=[2], output_tokens=24, input_tokens=8), {}),
+        ("sglang chat", dict(url=sglang, api="chat", concurrency=[2], output_tokens=24, input_tokens=8), {}),
+        ("sglang counters", dict(url=counters, concurrency=[2], output_tokens=24, input_tokens=8), {}),
         ("vllm", dict(url=vllm, concurrency=[1, 2], output_tokens=24, input_tokens=8), {}),
     ))
     assert run.rc == 0, run.stdout[-3000:]
@@ -233,6 +236,12 @@ def test_the_engine_is_identified_and_its_own_acceptance_length_is_read(run_play
     assert res["results"][0]["spec_decode"]["source"].startswith("sglang sglext")
     native = run.result(task="sglang native")["results"][0]
     assert native["acceptance_length"] == pytest.approx(3.0) and "native /generate" in native["spec_decode"]["source"]
+    chat = run.result(task="sglang chat")["results"][0]
+    assert chat["acceptance_length"] == pytest.approx(3.0) and chat["spec_decode"]["source"].startswith("sglang sglext")
+    # no sglext chunk: the deltas of generation_tokens_total / spec_verify_calls_total over the level
+    counted = run.result(task="sglang counters")["results"][0]
+    assert counted["acceptance_length"] == pytest.approx(3.0), counted["spec_decode"]
+    assert counted["spec_decode"]["source"].startswith("sglang /metrics counter deltas"), counted["spec_decode"]
     res = run.result(task="vllm")
     assert res["engine"] == "vllm"
     for level in res["results"]:

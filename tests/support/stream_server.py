@@ -264,9 +264,9 @@ class Server(object):
         head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"
         extra = None
         tail = []  # after the last content chunk: usage, meta_info, [DONE], the last HTTP chunk
-        if cfg.engine == "sglang" and not chat and not native and req.get("return_spec_tokens_details"):
-            # sglang 0.5.23 srt/entrypoints/openai/serving_completions.py: a chunk of its own, choices empty,
-            # SglExt(spec_tokens_details=SpecTokensDetails(...)) (protocol.py), before the usage chunk
+        if cfg.engine == "sglang" and cfg.sglext and not native and req.get("return_spec_tokens_details"):
+            # sglang 0.5.23 srt/entrypoints/openai/serving_completions.py and serving_chat.py: a chunk of its own,
+            # choices empty, SglExt(spec_tokens_details=SpecTokensDetails(...)) (protocol.py), before the usage chunk
             details = {"spec_accept_rate": round((cfg.k - 1) / float(max(1, cfg.spec_tokens)), 4),
                        "spec_accept_length": round(n / float(max(1, chunks)), 4), "spec_cap_length": 0.0,
                        "spec_block_accept_length": 0.0, "spec_num_correct_drafts": (cfg.k - 1) * chunks,
@@ -508,6 +508,9 @@ def parse_args(argv=None):
     ap.add_argument("--engine", choices=["openai", "sglang", "vllm"], default="openai",
                     help="answer as that engine: how it identifies, its /metrics, SGLang's sglext chunk")
     ap.add_argument("--engines", type=int, default=1, help="vLLM engine series on /metrics (data parallel)")
+    ap.add_argument("--no-sglext", dest="sglext", action="store_false",
+                    help="SGLang without the sglext chunk (a request schema without return_spec_tokens_details, "
+                         "or a gateway that passes only OpenAI fields): its /metrics counters remain")
     args = ap.parse_args(argv)
     return Config(host=args.host, port=args.port, ttft=args.ttft_ms / 1000.0, step=args.step_ms / 1000.0,
                   k=max(1, args.k), batch_cap=args.batch_cap, models=args.models or ["stand-in"],
@@ -515,7 +518,7 @@ def parse_args(argv=None):
                   late_usage=args.late_usage_ms / 1000.0, done=args.done, utf8=args.utf8,
                   transfer=args.transfer, drop_every=args.drop_every, eos_at=args.eos_at,
                   metrics=args.metrics, spec_tokens=args.spec_tokens,
-                  engine=args.engine, engines=args.engines)
+                  engine=args.engine, engines=args.engines, sglext=args.sglext)
 
 
 class StampingSelector(selectors.DefaultSelector):
