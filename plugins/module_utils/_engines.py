@@ -16,10 +16,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import socket
-import subprocess
 
-from ansible_collections.inferops.serving.plugins.module_utils import _fingerprint
+from ansible_collections.inferops.serving.plugins.module_utils import _fingerprint, _http
 
 ENGINES = ("sglang", "vllm", "trtllm", "transformers", "command")
 
@@ -110,6 +110,7 @@ class Adapter(object):
     spellings = {}  # engine_args keys the engine spells otherwise (normalised -> the engine's flag)
     negatable = False  # false gives --no-FLAG (the engine's booleans default to None, not False)
     health_timeout = 10.0  # seconds a healthy, busy server may take to answer /health
+    stop_grace = 10.0  # seconds its main process gets, after SIGTERM, to end its own workers
     abbrev = False  # the engine's parser takes a unique prefix of a long option (argparse's allow_abbrev)
     help_args = None  # the arguments after the launcher that print every flag the engine takes
 
@@ -202,20 +203,20 @@ class Adapter(object):
                     return candidate
         return None
 
-    def version(self, params, timeout=30):
-        """The engine's installed version, best effort (None when it cannot be read)."""
+    def version(self, params, run, timeout=30):
+        """The engine's installed version, best effort (None when it cannot be read). run: run_command; the
+        probe goes through coreutils' timeout where there is one, as run_command has no timeout."""
         python = self.version_python(params)
-        if not self.distribution or not python:
+        if not self.distribution or not python or run is None:
             return None
         code = "import importlib.metadata as m; print(m.version(%r))" % self.distribution
-        try:
-            # not AnsibleModule.run_command: this must time out on a hung interpreter, which it cannot
-            out = subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, timeout=timeout, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        text = out.stdout.decode("utf-8", "replace").strip()
-        return text if out.returncode == 0 and text else None
+        argv = [python, "-c", code]
+        limit = shutil.which("timeout")
+        if limit:
+            argv = [limit, "--kill-after=5", str(int(timeout))] + argv
+        rc, out, dummy = run(argv, expand_user_and_vars=False)
+        text = (out or "").strip()
+        return text if rc == 0 and text else None
 
 
 class SGLang(Adapter):
@@ -230,6 +231,9 @@ class SGLang(Adapter):
     # its /health runs a one-token generation and waits up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default,
     # 0.5.23 srt/entrypoints/http_server.py health_generate): a busy healthy server must not look dead
     health_timeout = 30.0
+    # SIGTERM: it drains (polling every 5 s), asks its schedulers to release and waits up to 15 s for them
+    # (0.5.23 srt/managers/tokenizer_manager.py sigterm_watchdog, _SCHEDULER_EXIT_TIMEOUT_SECS)
+    stop_grace = 30.0
     abbrev = True  # argparse: --tp works as a prefix of --tp-size; a prefix of two flags is "ambiguous"
     help_args = ("-m", "sglang.launch_server", "--help")
     aliases = {"model": "model-path", "tensor-parallel-size": "tp-size"}
@@ -256,6 +260,9 @@ class VLLM(Adapter):
     # BooleanOptionalAction defaulting to None, so turning one off takes --no-FLAG
     spellings = {"tp-size": "--tensor-parallel-size"}
     negatable = True
+    # SIGTERM: the API server ends its engine cores, which install SIGTERM handlers of their own (vllm 0.34.0
+    # vllm/v1/engine/core.py); in-flight requests get --shutdown-timeout more (0 by default: aborted)
+    stop_grace = 15.0
     abbrev = True  # FlexibleArgumentParser is an argparse.ArgumentParser with allow_abbrev left on
     help_args = ("serve", "--help=all")  # plain --help lists config groups only (vllm/utils/argparse_utils.py)
 
@@ -349,6 +356,9 @@ def adapter(engine):
 # ---------------------------------------------------------------------------------------------------
 # readiness: /health 200 (503: still loading), then one real 1-token generation on the served model
 
+PROBE_READ = 4096  # bytes of an answer a probe reads: enough for its message
+
+
 class Probe(object):
     """One readiness check. state: 'down' (no answer), 'loading', 'ready' or 'refused' (a config error)."""
 
@@ -357,34 +367,18 @@ class Probe(object):
         self.detail = detail
 
 
-def _request(host, port, method, path, body=None, api_key=None, timeout=10.0):
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = "application/json"
-        if api_key:
-            headers["Authorization"] = "Bearer %s" % api_key
-        conn.request(method, path, body=data, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read(4096).decode("utf-8", "replace")
-    finally:
-        conn.close()
-
-
 def probe(host, port, model, api_key=None, timeout=10.0, generate_timeout=120.0):
     try:
-        status, text = _request(host, port, "GET", "/health", timeout=timeout)
-    except (OSError, socket.timeout, http.client.HTTPException) as exc:
+        status, text = _http.request(host, port, "GET", "/health", timeout=timeout, limit=PROBE_READ)
+    except (OSError, http.client.HTTPException) as exc:
         return Probe("down", "GET /health: %s" % exc)
     if status != 200:
         return Probe("loading", "GET /health: HTTP %d %s" % (status, text[:200]))
     body = {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
     try:
-        status, text = _request(host, port, "POST", "/v1/completions", body, api_key, timeout=generate_timeout)
-    except (OSError, socket.timeout, http.client.HTTPException) as exc:
+        status, text = _http.request(host, port, "POST", "/v1/completions", body, api_key, timeout=generate_timeout,
+                                     limit=PROBE_READ)
+    except (OSError, http.client.HTTPException) as exc:
         return Probe("loading", "POST /v1/completions: %s" % exc)
     if status == 200:
         try:

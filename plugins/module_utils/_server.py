@@ -62,12 +62,22 @@ def _before(record):
     return {"argv": record.get("argv"), "fingerprint": record.get("fingerprint"), "variant": record.get("variant")}
 
 
-class Gpus(object):
-    """The GPU check and the preflight's GPU survey, bound to the module's run_command."""
+class Host(object):
+    """What the module lends module_utils: its run_command (every command: the watchdog, systemctl, the
+    version probe, the engine's --help, nvidia-smi) and the GPU check bound to it."""
 
-    def __init__(self, run=None, find_smi=None):
-        self.run = run
+    def __init__(self, run_command, find_smi=None):
+        self.run_command = run_command
         self.find_smi = find_smi
+
+    def run(self, args, **kwargs):
+        """run_command that raises no SystemExit: a switch runs it in a detached process, where fail_json
+        (run_command's answer to a command that cannot start) would end the transaction half-way."""
+        kwargs.setdefault("handle_exceptions", False)
+        try:
+            return self.run_command(args, **kwargs)
+        except OSError as exc:
+            return 127, "", "cannot run %s: %s" % (args[0], exc.strerror or exc)
 
     def verify(self, check, check_mode=False):
         return _idle_check.verify(check, self.run, self.find_smi, check_mode=check_mode)
@@ -76,13 +86,13 @@ class Gpus(object):
 class Context(object):
     """One call: its parameters, supervisor, state files and GPU access."""
 
-    def __init__(self, params, check_mode, gpus):
+    def __init__(self, params, check_mode, host):
         self.params = params
         self.check_mode = check_mode
-        self.gpus = gpus or Gpus()
+        self.host = host
         self.kind = _supervisor.choose(params["supervisor"])
         self.sup = _supervisor.make(self.kind, params["name"], params["state_dir"], params["log_dir"],
-                                    params["stop_timeout"])
+                                    params["stop_timeout"], host.run)
         self.launches = _switch.launches(params["state_dir"], params["name"])
         self.journal = _switch.journal(params["state_dir"], params["name"])
         self.lock = None
@@ -99,17 +109,17 @@ class Context(object):
         return record, bool(record) and self.sup.alive(record)
 
 
-def reconcile(params, check_mode=False, gpus=None):
+def reconcile(params, host, check_mode=False):
     """Returns (changed, result, diff). Raises ServerError on failure, its extra carrying the result so far
     and the outcome (nothing_stopped, rolled_back, restore_failed)."""
-    ctx = Context(params, check_mode, gpus)
+    ctx = Context(params, check_mode, host)
     try:
         if params.get("switch_id"):
             return _join(ctx, params["switch_id"])
         if params["state"] == "stopped":
             return _locked(ctx, "stop", None, _stop)
         adapter = _engines.adapter(params["engine"])
-        version = adapter.version(params)
+        version = adapter.version(params, host.run)
         launch = adapter.build(params, version)
         ctx.result.update(argv=launch.public_argv, fingerprint=launch.fingerprint, engine_version=version,
                           served_model=launch.probe_model)
@@ -177,7 +187,7 @@ def _outcome(ctx, data, starter, diff):
     """(changed, result, diff) from a switch's journal, or the ServerError that says how it failed."""
     result = ctx.result
     result["switch"] = {"id": data.get("id"), "pid": data.get("pid"), "phase": data.get("phase")}
-    for key in ("stopped_pids", "gpu_check", "log_tail", "restored"):
+    for key in ("stopped_pids", "stopped_exit", "gpu_check", "log_tail", "restored", "exit"):
         if data.get(key) is not None:
             result[key] = data[key]
     target = data.get("target") or {}
@@ -225,7 +235,9 @@ def _stop(ctx):
         problem = _preflight.dir_problem("state_dir", params["state_dir"], create=True)
         if problem:  # the state file must be able to say that nothing runs any more
             raise _switch.nothing_stopped(problem)
-        result["stopped_pids"] = sup.stop(record, params["stop_timeout"])
+        result["stopped_pids"], ended = _switch.stop_server(sup, record, params)
+        if ended:  # how the stop ended it, or, when it had ended by itself, how
+            result["stopped_exit" if running else "exit"] = ended
         if result["supervisor"] == "systemd":
             sup.remove()
         sup.store.clear()
@@ -233,7 +245,7 @@ def _stop(ctx):
     result["outcome"] = _switch.STOPPED if changed else _switch.UNCHANGED
     if not ctx.check_mode and params.get("gpu_check"):
         try:
-            result["gpu_check"] = ctx.gpus.verify(dict(params["gpu_check"]), False)
+            result["gpu_check"] = ctx.host.verify(dict(params["gpu_check"]), False)
         except _idle_check.CheckFailed as exc:
             result["gpu_check"] = exc.result
             raise ServerError("GPUs not clean after stopping %s: %s" % (params["name"], exc.msg), **result)
@@ -272,6 +284,28 @@ def _keep(ctx, record, launch, healthy, diff):
     return True, result, diff
 
 
+# What a state=started or restarted call does with the server that runs (_decide), then does it (_start).
+KEEP = "keep"  # healthy with this configuration: nothing changes (or only the label)
+KEEP_UNPROBED = "keep_unprobed"  # wait=false: it runs with this configuration, not probed
+REPORT_LOADING = "report_loading"  # wait=false: it loads with this configuration, report that
+RESUME = "resume"  # left loading by a switch whose process died: wait for it here
+SWITCH = "switch"  # stop what runs (if anything), start this configuration
+
+
+def _decide(params, record, running, same, check_mode, answers):
+    """(action, reason or None). answers() probes the running server (called only when it decides)."""
+    if not (same and params["state"] == "started" and (running or record.get("loading"))):
+        return SWITCH, None
+    loading = bool(record.get("loading")) or record.get("ready_s") is None
+    if running and not params["wait"] and not check_mode:
+        return (REPORT_LOADING, LOADING) if loading else (KEEP_UNPROBED, RUNS)
+    if loading:
+        return RESUME, LOADING
+    if answers():
+        return KEEP, SERVING
+    return SWITCH, NOT_ANSWERING  # it served with this configuration and no longer answers: restart it
+
+
 def _start(ctx, adapter, version, launch):
     """state=started (keep a healthy server of this configuration, else switch to it) and restarted."""
     params, sup, result = ctx.params, ctx.sup, ctx.result
@@ -282,34 +316,34 @@ def _start(ctx, adapter, version, launch):
             record.get("secrets_digest") == _fingerprint.secrets_digest(record.get("secrets_salt", ""), secrets))
     diff = {"before": _before(record),
             "after": {"argv": launch.public_argv, "fingerprint": launch.fingerprint, "variant": params.get("variant")}}
+    action, reason = _decide(params, record, running, same, ctx.check_mode, lambda: _serves(params, launch))
+    if action == REPORT_LOADING:
+        result.update(loading=True, outcome=_switch.LOADING, reason=reason, pid=record.get("pid"))
+        return False, result, diff
+    if action in (KEEP, KEEP_UNPROBED):
+        return _keep(ctx, record, launch, True if action == KEEP else None, diff)
     previous, previous_params = _restore_target(ctx, record, running)
-    what = _what(params, launch)
-    started = params["state"] == "started"
-    if same and started and (running or record.get("loading")):
-        loading = bool(record.get("loading")) or record.get("ready_s") is None
-        if running and not params["wait"] and not ctx.check_mode:
-            if loading:
-                result.update(loading=True, outcome=_switch.LOADING, reason=LOADING, pid=record.get("pid"))
-                return False, result, diff
-            return _keep(ctx, record, launch, None, diff)
-        if loading:  # left loading by a switch that did not finish (its process died): wait for it here
-            result.update(reason=LOADING, pid=record.get("pid"))
-            if ctx.check_mode:
-                result.update(loading=True, outcome=_switch.LOADING)
-                return False, result, diff
-            switch = _switch.Switch(sup, params, launch, version, record, False, False, previous, previous_params,
-                                    ctx.gpus.verify, what)
-            return _run(ctx, switch, False, diff)
-        healthy = _serves(params, launch)
-        if healthy:
-            return _keep(ctx, record, launch, True, diff)
-        result["reason"] = NOT_ANSWERING  # it served with this configuration and no longer answers: restart it
-    else:
-        result["reason"] = _start_reason(record, running, same, launch.fingerprint)
+    if action == RESUME:
+        result.update(reason=reason, pid=record.get("pid"))
+        if ctx.check_mode:
+            result.update(loading=True, outcome=_switch.LOADING)
+            return False, result, diff
+        switch = _switch.Switch(sup, params, launch, version, record, False, False, previous, previous_params,
+                                ctx.host.verify, _what(params, launch))
+        return _run(ctx, switch, False, diff)
+    result["reason"] = reason or _start_reason(record, running, same, launch.fingerprint)
+    if record and record.get("pid") and not running:  # how it ended, as its watchdog recorded it
+        result["exit"] = sup.ending(record, wait=0.0)
+        result["reason"] += ": pid %s %s" % (record["pid"], result["exit"]["message"])
+    return _switch_to(ctx, adapter, version, launch, record, running, (previous, previous_params), diff)
 
+
+def _switch_to(ctx, adapter, version, launch, record, running, restore, diff):
+    """The preflight (any blocker: nothing is stopped), then the switch, carried out by the host."""
+    params, sup, result = ctx.params, ctx.sup, ctx.result
     spared = sup.processes(record)
     blockers, survey, flag_check = _preflight.check(params, adapter, launch, version, record, running, spared,
-                                                    ctx.gpus.run, ctx.gpus.find_smi, create=not ctx.check_mode)
+                                                    ctx.host.run, ctx.host.find_smi, create=not ctx.check_mode)
     result["blockers"] = blockers
     if flag_check is not None:
         result["flag_check"] = flag_check
@@ -319,8 +353,8 @@ def _start(ctx, adapter, version, launch):
         raise _switch.nothing_stopped("; ".join(blockers), **result)
     if ctx.check_mode:
         return True, result, diff
-    switch = _switch.Switch(sup, params, launch, version, record, bool(record) or bool(spared), True, previous,
-                            previous_params, ctx.gpus.verify, what)
+    switch = _switch.Switch(sup, params, launch, version, record, bool(record) or bool(spared), True, restore[0],
+                            restore[1], ctx.host.verify, _what(params, launch))
     return _run(ctx, switch, True, diff)
 
 

@@ -1,13 +1,24 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The `process` and `systemd` supervisors behind one start / stop / alive / exit_code interface.
+"""The `process` and `systemd` supervisors behind one start / stop / alive / ending interface.
 
 Both keep a JSON state file per instance in state_dir (written atomically, mode 0600) holding the
 fingerprint, argv, PID, PGID, start time and port, log to log_dir/<name>.log, and stamp the engine's
 environment with a marker (INFEROPS_INSTANCE=<name>@<state_dir hash>) so that processes that left the
 instance's process group or unit are still found and swept on stop. Nothing without the marker, or
 outside the recorded (and identity-checked) process group, is ever signalled.
+
+Every command runs through the caller's `run` (AnsibleModule.run_command): the `process` supervisor's
+watchdog (_watchdog: the engine's parent, which reaps it and records how it ended in
+<state_dir>/<name>.exit.json) and systemctl alike.
+
+A stop is orderly: SIGTERM to the engine's main process only, which then shuts its workers down in its
+own order (SGLang 0.5.23 srt/managers/tokenizer_manager.py sigterm_watchdog: drain, ShutdownReq to the
+schedulers, up to 15 s for them to release the GPU, "killing them before they released ... is how GPU
+memory survives a shutdown"); after `grace` seconds SIGTERM to the rest of its process group and the
+marker carriers; SIGKILL to whatever is left at `timeout`; then the marker sweep. systemd does the same
+with KillMode=mixed (SIGTERM to the main process, SIGKILL to the rest of the unit at TimeoutStopSec).
 """
 
 from __future__ import annotations
@@ -17,16 +28,47 @@ import json
 import os
 import shutil
 import signal
-import subprocess
+import sys
 import time
 
-from ansible_collections.inferops.serving.plugins.module_utils import _procs
+from ansible_collections.inferops.serving.plugins.module_utils import _procs, _watchdog
 
 MARKER_KEY = "INFEROPS_INSTANCE"
 SUPERVISORS = ("auto", "systemd", "process")
 
 
-EXIT_UNKNOWN = -1  # exit_code(): the engine exited, with a status this process cannot know
+EXIT_UNKNOWN = -1  # exit_code(): the engine exited, with a status nobody recorded
+
+
+def describe(end):
+    """'exited with code 3 at T' / 'was killed by SIGKILL at T' / why the status is unknown."""
+    when = " at %s" % end["ended_at"] if end.get("ended_at") else ""
+    if end.get("signal"):
+        return "was killed by %s%s" % (end["signal"], when)
+    if end.get("code") is not None:
+        return "exited with code %d%s" % (end["code"], when)
+    return "exited (%s)" % (end.get("unknown") or "its exit status is unknown")
+
+
+def exit_code_of(end):
+    """A Popen-style status: the code, -N for signal N, EXIT_UNKNOWN, or None (still running)."""
+    if end is None:
+        return None
+    if end.get("signum"):
+        return -int(end["signum"])
+    return end["code"] if end.get("code") is not None else EXIT_UNKNOWN
+
+
+def watchdog_source():
+    """The watchdog's program: _watchdog's own source (from the module's zip under AnsiballZ)."""
+    loader = getattr(_watchdog, "__loader__", None)
+    text = None
+    if loader is not None and hasattr(loader, "get_source"):
+        text = loader.get_source(_watchdog.__name__)
+    if not text:
+        with open(_watchdog.__file__) as handle:
+            text = handle.read()
+    return text
 
 
 class SupervisorError(RuntimeError):
@@ -118,15 +160,30 @@ class StateStore(object):
 class Base(object):
     kind = None
 
-    def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT):
+    def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT, run=None):
         self.name = name
         self.state_dir = state_dir
         self.log_dir = log_dir
         self.root = root
+        self.run = run  # AnsibleModule.run_command
         self.store = StateStore(name, state_dir)
+        self.exits = StateStore(name, state_dir, "%s.exit.json" % name)
         self.log_path = os.path.join(log_dir, "%s.log" % name)
         self.marker = marker_value(name, state_dir)
-        self.proc = None
+
+    def ending(self, record, wait=2.0):
+        """How the recorded engine ended: None while it runs, else {"code", "signal", "ended_at", "message"}."""
+        if self.alive(record):
+            return None
+        end = self._ending(record, wait)
+        end["message"] = describe(end)
+        return end
+
+    def _ending(self, record, wait):
+        raise NotImplementedError
+
+    def exit_code(self, record):
+        return exit_code_of(self.ending(record))
 
     # -- finding the instance's processes
 
@@ -182,8 +239,6 @@ class Base(object):
     def _wait_gone(self, members, timeout):
         deadline = time.monotonic() + timeout
         while True:
-            if self.proc is not None:
-                self.proc.poll()
             living = dict((p, s) for p, s in members.items() if _procs.alive(p, self.root, s))
             if not living or time.monotonic() >= deadline:
                 return living
@@ -205,87 +260,92 @@ class Base(object):
 
 
 class ProcessSupervisor(Base):
-    """The engine in its own session and process group, detached from the module (no shell)."""
+    """The engine in its own session and process group, the child of a watchdog (_watchdog) that reaps it
+    and records how it ended; no shell, nothing left as a zombie."""
 
     kind = "process"
 
+    def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT, run=None):
+        Base.__init__(self, name, state_dir, log_dir, root, run)
+        # read now: a switch's detached process may start an engine (a restore) after the module exited,
+        # when AnsiballZ has removed the payload zip that the source is read from
+        self.watchdog = watchdog_source()
+
     def start(self, argv, env):
         handle, offset = self._open_log(argv)
+        handle.close()
         full_env = dict(os.environ)
         full_env.update(env)
         full_env[MARKER_KEY] = self.marker
-        cwd = self.state_dir
-        os.makedirs(cwd, exist_ok=True)
+        os.makedirs(self.state_dir, exist_ok=True)
+        spec = {"argv": list(argv), "env": full_env, "cwd": self.state_dir, "log": self.log_path,
+                "exit_path": self.exits.path}
+        # the launch (secrets in env included) travels on the watchdog's stdin, never on a command line
+        rc, out, err = self.run([sys.executable, "-c", self.watchdog], data=json.dumps(spec),
+                                expand_user_and_vars=False)
+        lines = [line for line in (out or "").splitlines() if line.strip()]
         try:
-            # not AnsibleModule.run_command: the engine outlives this call in its own session, its output
-            # goes to the log file, and argv is used as given (run_command expands ~ and $VARS in it)
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                         env=full_env, cwd=cwd, close_fds=True, start_new_session=True)
-        except OSError as exc:
-            handle.close()
-            raise SupervisorError("cannot launch %r: %s" % (argv[0], exc))
-        handle.close()
-        info = None
-        for dummy in range(100):
-            info = _procs.read_proc(self.proc.pid, self.root)
-            if info is not None:
-                break
-            time.sleep(0.01)
-        return {"pid": self.proc.pid, "pgid": self.proc.pid, "starttime": info.starttime if info else None,
+            report = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            report = {"error": "the watchdog exited %s: %s" % (rc, " ".join(((err or "") + (out or "")).split())[-300:])}
+        if report.get("error"):
+            raise SupervisorError(report["error"])
+        return {"pid": report["pid"], "pgid": report["pgid"], "starttime": report["starttime"],
+                "watchdog": report["watchdog"], "watchdog_starttime": report.get("watchdog_starttime"),
                 "log_offset": offset}
 
-    def exit_code(self, record):
-        """The engine's exit status once it has exited (None while it runs; EXIT_UNKNOWN when an earlier
-        call started it, as only the parent could read the status)."""
-        if self.proc is not None:
-            return self.proc.poll()
-        return None if self.leader_alive(record) else EXIT_UNKNOWN
+    def _ending(self, record, wait):
+        """The watchdog's exit record of this engine (pid and start time match); it writes it as it reaps."""
+        record = record or {}
+        deadline = time.monotonic() + wait
+        while True:
+            end = self.exits.load() or {}
+            if end.get("pid") == record.get("pid") and end.get("starttime") == record.get("starttime"):
+                return end
+            watchdog = record.get("watchdog")
+            if not watchdog:
+                return {"unknown": "no watchdog recorded its exit: an earlier version of inferops.serving started it"}
+            if not _procs.alive(watchdog, self.root, record.get("watchdog_starttime")):
+                end = self.exits.load() or {}  # it may have written it just before it exited
+                if end.get("pid") == record.get("pid") and end.get("starttime") == record.get("starttime"):
+                    return end
+                return {"unknown": "its watchdog (pid %d) ended before it, so nobody recorded its exit status"
+                                   % watchdog}
+            if time.monotonic() >= deadline:
+                return {"unknown": "its watchdog (pid %d) has not recorded its exit yet" % watchdog}
+            time.sleep(0.02)
 
-    def stop(self, record, timeout):
-        """TERM the whole process group, KILL it after timeout, then sweep marker carriers."""
-        signalled = set()
-        members = self.carriers()
-        pgid = None
-        if self.leader_alive(record):
-            pgid = record.get("pgid") or record["pid"]
-            for info in _procs.list_procs(self.root):
-                if info.pgid == pgid and info.state not in ("Z", "X"):
-                    members[info.pid] = info.starttime
+    def stop(self, record, timeout, grace=None):
+        """SIGTERM to the main process; after grace, SIGTERM to the rest of its group and the marker
+        carriers; SIGKILL to what is left at timeout; then the marker sweep. Returns the signalled pids."""
+        deadline = time.monotonic() + timeout
+        grace = timeout if grace is None else min(grace, timeout)
+        members = self.processes(record)
         if not members:
-            self._reap()
             return []
-        if pgid is not None:
-            try:
-                os.killpg(pgid, signal.SIGTERM)
-                os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP, debugger) engine gets its SIGTERM too, as under systemd
-                signalled.update(p for p in members)
-            except ProcessLookupError:
-                pgid = None
-        group = self._group(pgid) if pgid is not None else set()
-        outside = dict((p, s) for p, s in members.items() if p not in group)
-        signalled.update(self._signal_set(outside, signal.SIGTERM))
-        left = self._wait_gone(members, timeout)
-        if left:
-            if pgid is not None and self.leader_alive(record):
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self._signal_set(left, signal.SIGKILL)
-            self._wait_gone(left, 10.0)
+        signalled = set()
+        main = record.get("pid") if self.leader_alive(record) else None
+        if main:
+            target = _procs.Target(pid=main, members=[(main, record.get("starttime"))])
+            signalled.update(_procs.send(target, signal.SIGTERM, self.root))
+            _procs.send(target, signal.SIGCONT, self.root)  # a stopped (SIGSTOP, debugger) engine gets it too
+            self._wait_gone({main: members.get(main, record.get("starttime"))}, grace)
+        rest = self._living(members)
+        if rest:
+            signalled.update(self._signal_set(rest, signal.SIGTERM))
+            self._signal_set(rest, signal.SIGCONT)
+            rest = self._wait_gone(self._living(members), max(0.0, deadline - time.monotonic()))
+        if rest:
+            signalled.update(self._signal_set(rest, signal.SIGKILL))
+            self._wait_gone(rest, 10.0)
         signalled.update(self.sweep(timeout))
-        self._reap()
         return sorted(signalled)
 
-    def _group(self, pgid):
-        return set(i.pid for i in _procs.list_procs(self.root) if i.pgid == pgid)
-
-    def _reap(self):
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
+    def _living(self, members):
+        """The members still alive, plus marker carriers that appeared since (children forked meanwhile)."""
+        living = dict((p, s) for p, s in members.items() if _procs.alive(p, self.root, s))
+        living.update(self.carriers())
+        return living
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -320,7 +380,7 @@ def render_unit(name, argv, env, log_path, stop_timeout, description=None, worki
         "StandardInput=null",
         "StandardOutput=append:%s" % log_path,
         "StandardError=inherit",
-        "KillMode=control-group",
+        "KillMode=mixed",  # SIGTERM to the main process only; SIGKILL to the whole unit at TimeoutStopSec
         "KillSignal=SIGTERM",
         "TimeoutStopSec=%d" % max(1, int(round(stop_timeout))),
         "Restart=no",
@@ -333,35 +393,26 @@ def render_unit(name, argv, env, log_path, stop_timeout, description=None, worki
 
 
 class SystemdSupervisor(Base):
-    """A unit inferops-<name>.service with KillMode=control-group; systemctl start / stop."""
+    """A unit inferops-<name>.service with KillMode=mixed; systemctl start / stop."""
 
     kind = "systemd"
 
     def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT, unit_dir="/etc/systemd/system",
                  stop_timeout=60, run=None):
-        Base.__init__(self, name, state_dir, log_dir, root)
+        Base.__init__(self, name, state_dir, log_dir, root, run)
         self.unit = "inferops-%s.service" % name
         self.unit_path = os.path.join(unit_dir, self.unit)
         self.stop_timeout = stop_timeout
-        self.run = run or self._run
-
-    @staticmethod
-    def _run(argv):
-        # what make() uses (the unit tests hand in a fake as run=): not AnsibleModule.run_command, which
-        # module_utils here are not given, and which would expand ~ and $VARS in the unit name
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              check=False)
-        return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
     def _systemctl(self, *args):
-        rc, out, err = self.run(["systemctl"] + list(args))
+        rc, out, err = self.run(["systemctl"] + list(args), expand_user_and_vars=False)
         if rc != 0:
             raise SupervisorError("systemctl %s failed (rc=%d): %s" % (" ".join(args), rc, err.strip() or out.strip()))
         return out
 
     def show(self):
-        out = self.run(["systemctl", "show", self.unit, "-p", "MainPID", "-p", "ActiveState",
-                        "-p", "ExecMainStatus", "-p", "ExecMainCode"])[1]
+        out = self.run(["systemctl", "show", self.unit, "-p", "MainPID", "-p", "ActiveState", "-p", "ExecMainStatus",
+                        "-p", "ExecMainCode", "-p", "ExecMainExitTimestamp"], expand_user_and_vars=False)[1]
         props = {}
         for line in out.splitlines():
             if "=" in line:
@@ -390,19 +441,33 @@ class SystemdSupervisor(Base):
         return {"pid": pid, "pgid": info.pgid if info else pid, "starttime": info.starttime if info else None,
                 "log_offset": offset, "unit": self.unit}
 
-    def exit_code(self, record):
+    def _ending(self, record, wait):
+        """systemd's own record of the main process: ExecMainCode 1 exited (ExecMainStatus is the code),
+        2 killed / 3 dumped (ExecMainStatus is the signal number)."""
         props = self.show()
-        if props.get("ActiveState") in ("active", "activating", "reloading"):
-            return None
+        end = {"ended_at": props.get("ExecMainExitTimestamp") or None, "code": None, "signal": None, "signum": None}
         try:
-            return int(props.get("ExecMainStatus") or EXIT_UNKNOWN)
+            how, status = int(props.get("ExecMainCode") or 0), int(props.get("ExecMainStatus") or 0)
         except ValueError:
-            return EXIT_UNKNOWN
+            how, status = 0, 0
+        if how == 1:
+            end["code"] = status
+        elif how in (2, 3) and status:
+            end["signum"] = status
+            try:
+                end["signal"] = signal.Signals(status).name
+            except ValueError:
+                end["signal"] = "signal %d" % status
+        else:
+            end["unknown"] = "systemd reports no exit of %s" % self.unit
+        return end
 
     def alive(self, record):
         return self.show().get("ActiveState") in ("active", "activating")
 
-    def stop(self, record, timeout):
+    def stop(self, record, timeout, grace=None):
+        """systemctl stop: KillMode=mixed sends SIGTERM to the main process, SIGKILL to the rest of the unit at
+        TimeoutStopSec (stop_timeout); grace is not systemd's to apply. Then the marker sweep."""
         props = self.show()
         signalled = set()
         pid = int(props.get("MainPID") or 0)
@@ -419,7 +484,8 @@ class SystemdSupervisor(Base):
             self._systemctl("daemon-reload")
 
 
-def make(kind, name, state_dir, log_dir, stop_timeout=60):
+def make(kind, name, state_dir, log_dir, stop_timeout=60, run=None):
+    """The supervisor of kind for instance name; run is AnsibleModule.run_command."""
     if kind == "systemd":
-        return SystemdSupervisor(name, state_dir, log_dir, stop_timeout=stop_timeout)
-    return ProcessSupervisor(name, state_dir, log_dir)
+        return SystemdSupervisor(name, state_dir, log_dir, stop_timeout=stop_timeout, run=run)
+    return ProcessSupervisor(name, state_dir, log_dir, run=run)

@@ -60,16 +60,25 @@ def url_of(host, port):
     return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
 
 
-def how(code):
-    """How an engine exited, for a message."""
-    if code == _supervisor.EXIT_UNKNOWN:
-        return "(its exit status went to the earlier call that started it)"
-    return "with code %s" % code
-
-
-def rc_of(code):
-    """The rc return value: the exit status when it is known."""
+def rc_of(end):
+    """The rc return value: the exit code, or -N when signal N ended it (Popen's convention), when known."""
+    code = _supervisor.exit_code_of(end)
     return {} if code in (None, _supervisor.EXIT_UNKNOWN) else {"rc": code}
+
+
+def stop_grace(params, record):
+    """Seconds the main process of the server that runs (record) has to end its workers itself."""
+    if params.get("stop_grace") is not None:
+        return params["stop_grace"]
+    engine = (record or {}).get("engine") or params.get("engine")
+    return _engines.adapter(engine).stop_grace if engine in _engines.ADAPTERS else _engines.Adapter.stop_grace
+
+
+def stop_server(sup, record, params):
+    """The orderly stop of what runs: (signalled pids, how the engine ended or None)."""
+    pids = sup.stop(record, params["stop_timeout"], stop_grace(params, record))
+    end = sup.ending(record) if record and record.get("pid") else None
+    return pids, end
 
 
 def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sleep, elapsed=0.0, limit=None):
@@ -86,10 +95,12 @@ def wait_ready(sup, record, launch, params, clock=time.monotonic, sleep=time.sle
     last = "no answer yet"
     broken_since, broken_count = None, 0
     while True:
-        code = sup.exit_code(record)
-        if code is not None:
-            raise ServerError("%s exited %s before it was ready (after %.1fs); last probe: %s"
-                              % (params["name"], how(code), clock() - start, last), **rc_of(code))
+        end = sup.ending(record)
+        if end is not None:
+            raise ServerError("%s %s before it was ready (after %.1fs%s); last probe: %s"
+                              % (params["name"], _supervisor.describe(dict(end, ended_at=None)), clock() - start,
+                                 ", at %s" % end["ended_at"] if end.get("ended_at") else "", last),
+                              exit=end, **rc_of(end))
         left = deadline - clock()
         result = _engines.probe(host, port, launch.probe_model, params.get("api_key"),
                                 timeout=max(1.0, min(launch.health_timeout, left)),
@@ -270,14 +281,14 @@ class Switch(object):
     def _stop_failed(self, record):
         tail = _supervisor.tail(self.sup.log_path, 40, record.get("log_offset", 0)) if record else []
         if record is not None or self.sup.carriers():
-            self.sup.stop(record, self.params["stop_timeout"])
+            stop_server(self.sup, record, self.params)
         return tail
 
     def _restore(self):
         """Start the previous server again; returns its record (raises when it does not get ready)."""
         params = self.previous_params
         adapter = _engines.adapter(params["engine"])
-        version = adapter.version(params)
+        version = adapter.version(params, self.sup.run)
         launch = adapter.build(params, version)
         self._check_gpus("before restoring %s" % self.previous.get("variant"))
         if not wait_port_free(params["host"], params["port"]):
@@ -304,7 +315,9 @@ class Switch(object):
             if self.stop_old:
                 self.phase("stopping")
                 stopped_a_server = self.previous is not None  # from here on, what served may be down
-                data["stopped_pids"] = self.sup.stop(self.old, params["stop_timeout"])
+                data["stopped_pids"], stopped = stop_server(self.sup, self.old, params)
+                if stopped:
+                    data["stopped_exit"] = stopped
                 if self.sup.kind == "systemd":
                     self.sup.remove()
                 if not wait_port_free(params["host"], params["port"]):
@@ -336,7 +349,7 @@ class Switch(object):
         if not isinstance(exc, (ServerError, _engines.EngineError, _supervisor.SupervisorError)):
             data["error"] = traceback.format_exc()[-4000:]
             failure = "%s: %s" % (type(exc).__name__, failure)
-        data.update(dict((k, v) for k, v in extra.items() if k in ("rc", "gpu_check", "timed_out")))
+        data.update(dict((k, v) for k, v in extra.items() if k in ("rc", "exit", "gpu_check", "timed_out")))
         try:
             data["log_tail"] = self._stop_failed(record)
         except BaseException as stop_exc:  # pylint: disable=broad-except

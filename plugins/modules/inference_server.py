@@ -38,12 +38,18 @@ description:
     (the previous server serves again) and V(restore_failed) (nothing serves), and its message ends with
     the matching phrase, C(nothing was stopped), C(ROLLED BACK - VARIANT serves again) or
     C(RESTORE FAILED - nothing serves) (written with a colon, not a dash).
-  - The C(process) supervisor starts the engine in its own session and process group, records PID,
-    PGID, fingerprint, argv, port and start time in O(state_dir), logs to O(log_dir), and stops by
-    signalling the whole group (SIGTERM, then SIGKILL after O(stop_timeout)), then sweeps stray
-    processes that carry the instance's marker (environment variable C(INFEROPS_INSTANCE)) even if they
+  - The C(process) supervisor starts, through C(run_command), a small watchdog that detaches and runs the
+    engine in its own session and process group, reaps it when it ends and records its exit code or
+    signal and time in C(STATE_DIR/NAME.exit.json), so that every later call says how the engine ended
+    (RV(exit), RV(stopped_exit)) and no zombie lingers. PID, PGID, fingerprint, argv, port and start time
+    go to O(state_dir), the engine's output to O(log_dir).
+  - A stop is orderly. SIGTERM goes to the engine's main process only, so that it ends its workers in its
+    own order (SGLang's schedulers release their GPU memory first). After O(stop_grace) the rest of its
+    process group gets SIGTERM, SIGKILL goes to whatever is left at O(stop_timeout), then the processes
+    that carry the instance's marker (environment variable C(INFEROPS_INSTANCE)) are swept even if they
     left the group. The C(systemd) supervisor writes C(/etc/systemd/system/inferops-NAME.service) with
-    C(KillMode=control-group). Nothing outside the instance is ever signalled.
+    C(KillMode=mixed) (SIGTERM to the main process, SIGKILL to the unit at C(TimeoutStopSec)). Nothing
+    outside the instance is ever signalled.
 author:
   - inferops.serving maintainers (@inferops)
 extends_documentation_fragment:
@@ -219,18 +225,27 @@ options:
         type: bool
         default: false
       protected:
-        description: Process names never signalled.
+        description:
+          - Process names never signalled. Unset, the built-in protected list (C(DEFAULT_PROTECTED) in
+            C(plugins/module_utils/_procs.py), such as DCGM's C(nv-hostengine)); a list replaces it.
         type: list
         elements: str
-        default: [nvidia-persistenced, nv-hostengine, dcgm-exporter, nvidia-fabricmanager]
       require_gpus:
         description: Fail when no NVIDIA GPU can be seen (V(false) passes on hosts without GPUs).
         type: bool
         default: true
   stop_timeout:
-    description: Seconds between SIGTERM and SIGKILL when stopping (C(TimeoutStopSec) for systemd).
+    description: Seconds from the first SIGTERM to SIGKILL when stopping (C(TimeoutStopSec) for systemd).
     type: float
     default: 120
+  stop_grace:
+    description:
+      - Seconds between the SIGTERM to the engine's main process and the SIGTERM to the rest of its process
+        group (the C(process) supervisor; at most O(stop_timeout)).
+      - Default per engine, long enough for its own shutdown. V(sglang) 30 (it drains, then waits up to 15 s
+        for its schedulers to release), V(vllm) 15, the others 10.
+      - The stop of a running server uses that server's engine's default.
+    type: float
   state_dir:
     description: Directory of the state files (C(NAME.json), mode 0600).
     type: path
@@ -508,10 +523,35 @@ log_tail:
   elements: str
   sample: ["ValueError: unknown quantization method"]
 rc:
-  description: The engine's exit code when it exited before it was ready.
+  description: The engine's exit code when it exited before it was ready (-N when signal N ended it).
   returned: on failure, when the engine exited
   type: int
   sample: 3
+exit:
+  description: How the engine ended when it exited before it was ready, or, in a later call, how the recorded
+    engine that no longer runs ended.
+  returned: when the engine ended by itself
+  type: dict
+  contains:
+    code:
+      description: Its exit code, null when a signal ended it or nobody recorded it.
+      type: int
+    signal:
+      description: The signal that ended it (C(SIGKILL)), else null.
+      type: str
+    ended_at:
+      description: When it ended, as the watchdog (or systemd) recorded it.
+      type: str
+    message:
+      description: The same in words.
+      type: str
+      sample: exited with code 3 at 2026-12-04T18:40:02+0000
+stopped_exit:
+  description: How the engine that this call stopped ended (the same keys as RV(exit)), so the orderly stop
+    shows whether the engine exited by itself (code 0) or had to be killed (C(SIGKILL)).
+  returned: when a server was stopped
+  type: dict
+  sample: {code: 0, signal: null, ended_at: "2026-12-04T18:40:02+0000", message: "exited with code 0 at 2026-12-04T18:40:02+0000"}
 """
 
 import os
@@ -541,6 +581,8 @@ def validate(p):
     for key in ("ready_timeout", "stop_timeout"):
         if p[key] <= 0:
             errors.append("%s must be a positive number of seconds, got %s" % (key, p[key]))
+    if p["stop_grace"] is not None and not 0 <= p["stop_grace"] <= p["stop_timeout"]:
+        errors.append("stop_grace must be between 0 and stop_timeout (%s) seconds, got %s" % (p["stop_timeout"], p["stop_grace"]))
     if p["lock_timeout"] < 0:
         errors.append("lock_timeout must be 0 or more seconds, got %s" % p["lock_timeout"])
     if p["switch_id"] is not None and not re.match(r"^[0-9a-f]{16}$", p["switch_id"]):
@@ -581,6 +623,7 @@ def main():
             ready_wait=dict(type="float"),
             gpu_check=dict(type="dict", options=_idle_check.ARGUMENT_SPEC),
             stop_timeout=dict(type="float", default=120.0),
+            stop_grace=dict(type="float"),
             state_dir=dict(type="path", default="/var/lib/inferops/serving"),
             log_dir=dict(type="path", default="/var/log/inferops"),
             supervisor=dict(type="str", default="auto", choices=list(_supervisor.SUPERVISORS)),
@@ -601,9 +644,9 @@ def main():
     p["log_dir"] = os.path.abspath(p["log_dir"])
     module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
-    gpus = _server.Gpus(module.run_command, lambda: module.get_bin_path("nvidia-smi"))
+    host = _server.Host(module.run_command, lambda: module.get_bin_path("nvidia-smi"))
     try:
-        changed, result, diff = _server.reconcile(p, check_mode=module.check_mode, gpus=gpus)
+        changed, result, diff = _server.reconcile(p, host, check_mode=module.check_mode)
     except _engines.EngineError as exc:
         module.fail_json(msg=str(exc))
     except _server.ServerError as exc:

@@ -45,20 +45,12 @@ class EngineEnv(object):
         return {"python": self.python} if self.engine == "sglang" else {"executable": self.vllm}
 
 
-def run_command(argv, environ_update=None, expand_user_and_vars=False):
-    """AnsibleModule.run_command's shape, for _preflight's flag check: the engine's own --help, for real."""
-    assert expand_user_and_vars is False
-    env = dict(os.environ, **(environ_update or {}))
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 @pytest.fixture(scope="session")
 def engine_envs():
     return dict((profile, EngineEnv(profile)) for profile in PROFILES)
 
 
-# the stand-ins' conftest (fake GPUs, run_playbook, ports) and the switch test bed, for the end-to-end case
+# the switch test bed (the end-to-end case) and the collection; tests/conftest.py puts tests/support on sys.path
 for _path in (os.path.join(ROOT, "tests", "integration"), os.path.join(ROOT, "collections")):
     if _path not in sys.path:
         sys.path.insert(0, _path)

@@ -17,7 +17,8 @@ import yaml
 
 from ansible_collections.inferops.serving.plugins.module_utils import _engines, _preflight
 from ansible_collections.inferops.serving.plugins.plugin_utils import _variants
-from conftest import ROOT, run_command
+from conftest import ROOT
+from run_command import run_command
 
 EXAMPLE = yaml.safe_load(open(os.path.join(ROOT, "inventories", "example", "group_vars", "serving.yml")))
 PINNED = {"sglang": "sglang-0.5.9", "vllm": "vllm-0.34.0"}  # what inventories/example says it is for
@@ -38,7 +39,7 @@ def params_of(spec, env, state_dir, name="qwen", host="0.0.0.0", port=30000):
 
 def launch_of(params):
     adapter = _engines.adapter(params["engine"])
-    version = adapter.version(params)
+    version = adapter.version(params, run_command)
     return adapter, version, adapter.build(params, version)
 
 

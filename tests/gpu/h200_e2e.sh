@@ -46,9 +46,12 @@ stamp "5. rollback drill: variant broken asks for cuda:7"
 if play playbooks/switch_variant.yml -e variant=broken; then echo "FAIL: broken did not fail"; exit 1; fi
 "$PY" -c 'import urllib.request; print("GET /health:", urllib.request.urlopen("http://127.0.0.1:18400/health", timeout=10).read().decode())'
 "$PY" -c 'import json, sys; s = json.load(open(sys.argv[1])); print("serving now:", s["variant"], s["fingerprint"], "pid", s["pid"])' "$H200_WORK/state/h200.json"
+echo "the broken engine's end, as its watchdog recorded it: $(cat "$H200_WORK/state/h200.exit.json")"
 
-stamp "6. stop and verify the GPU clean"
+stamp "6. stop (main process first) and verify the GPU clean"
 play playbooks/stop.yml
+echo "the stopped engine's end, as its watchdog recorded it: $(cat "$H200_WORK/state/h200.exit.json")"
+echo "zombies left: $(ps -eo stat= | grep -c '^Z' || true)"
 "$PY" - <<'PYEOF'
 import pynvml
 pynvml.nvmlInit()

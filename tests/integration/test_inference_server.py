@@ -50,7 +50,7 @@ def dirs(tmp_path):
 
 def fake(name, port, dirs, mode="ok", model="fake", **kw):
     cmd = [sys.executable, FAKE, "--port", str(port), "--model", model, "--mode", mode]
-    for key in ("load_s", "orphan"):
+    for key in ("load_s", "orphan", "worker"):
         if key in kw:
             cmd += ["--" + key.replace("_", "-"), str(kw.pop(key))]
     srv = dict(name=name, engine="command", model=model, port=port, command=cmd, supervisor="process",
@@ -297,3 +297,33 @@ def test_bad_gpu_check_changes_nothing(run_playbook, dirs, port):
 def _port_open(port):
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_how_the_engine_ended_is_told_by_a_later_call_and_the_stop_is_orderly(run_playbook, dirs, port, tmp_path):
+    """The watchdog parent reaps the engine and records how it ended: a crash (kill -9 by hand) is named by
+    the next call, which leaves no zombie behind; the stop sends SIGTERM to the main process first, so its
+    worker releases before it exits (fake_engine --worker), and reports the exit (code 0)."""
+    flag = tmp_path / "worker"
+    srv = fake("ended", port, dirs, load_s=0.2, worker=flag, stop_timeout=20)
+    first = run_playbook(play(srv))
+    assert first.rc == 0, first.stdout[-3000:]
+    res = first.result("inference_server")
+    os.kill(res["pid"], 9)
+    assert gone(res["pid"])
+    assert _procs.read_proc(res["pid"]) is None  # reaped by its watchdog, not left a zombie
+    again = run_playbook(play(srv))
+    assert again.rc == 0, again.stdout[-3000:]
+    restarted = again.result("inference_server")
+    assert restarted["exit"]["signal"] == "SIGKILL" and restarted["changed"] is True
+    assert restarted["reason"].startswith("what was recorded no longer runs: pid %d was killed by SIGKILL at " % res["pid"])
+    print("later call: %s" % restarted["reason"])
+
+    flag.unlink()  # what the killed engine's worker, left behind and swept by the restart, wrote
+    stop = run_playbook(play(dict(srv, state="stopped")))
+    assert stop.rc == 0, stop.stdout[-3000:]
+    stopped = stop.result("inference_server")
+    assert flag.read_text() == "released"
+    assert stopped["stopped_exit"]["code"] == 0, stopped["stopped_exit"]
+    assert stopped["stopped_pids"] == [restarted["pid"]]  # the main process alone was signalled
+    assert not carriers("ended", dirs["state_dir"])
+    print("orderly stop: %s" % stopped["stopped_exit"]["message"])

@@ -11,11 +11,18 @@ modes:
   never-ready  /health answers 503 forever
   broken       /health answers 200 at once, every /v1/completions HTTP 500 (a CUDA error in the worker)
 --orphan FILE  also start a child that leaves the process group (setsid) and lives on; its pid is written to FILE
+--worker FILE  also start a worker in the engine's process group that holds a resource only the main process
+               can make it release, as SGLang's schedulers hold GPU memory: on SIGTERM the main process asks
+               the worker to release, waits for it and exits 0; the worker, asked, releases (0.5 s) and writes
+               "released" to FILE. A worker that gets SIGTERM itself before it was asked writes "leaked" (0.5.23
+               srt/managers/tokenizer_manager.py: killing schedulers mid-release "is how GPU memory survives a
+               shutdown") and exits 1.
 """
 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +37,7 @@ def main(argv):
     parser.add_argument("--mode", default="ok", choices=["ok", "exit", "never-ready", "broken"])
     parser.add_argument("--load-s", type=float, default=0.5)
     parser.add_argument("--orphan")
+    parser.add_argument("--worker")
     parser.add_argument("--child", action="store_true")
     args = parser.parse_known_args(argv)[0]
 
@@ -44,6 +52,8 @@ def main(argv):
     if args.orphan:
         subprocess.Popen([sys.executable, os.path.abspath(__file__), "--port", "0", "--child", "--orphan", args.orphan],
                          stdin=subprocess.DEVNULL, close_fds=True)
+    if args.worker:
+        worker(args.worker)
     if args.mode == "exit":
         time.sleep(args.load_s)
         print("RuntimeError: fake engine cannot load %s" % args.model, flush=True)
@@ -88,6 +98,37 @@ def main(argv):
             sys.stdout.flush()
 
     ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
+
+
+def worker(path):
+    """Fork the worker (same process group); the main process's SIGTERM handler releases it, then exits."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker
+        os.close(write_end)
+
+        def killed(*dummy):
+            with open(path, "w") as handle:
+                handle.write("leaked")
+            os._exit(1)
+
+        signal.signal(signal.SIGTERM, killed)
+        os.read(read_end, 1)  # until the main process asks (or dies: EOF)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # releasing: let it finish
+        time.sleep(0.5)
+        with open(path, "w") as handle:
+            handle.write("released")
+        os._exit(0)
+    os.close(read_end)
+    print("fake engine worker %d holds the resource" % pid, flush=True)
+
+    def release(*dummy):
+        os.write(write_end, b"r")
+        os.waitpid(pid, 0)
+        print("fake engine: worker released, exiting", flush=True)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, release)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import types
 
 import pytest
 
+from run_command import run_command
+
 from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _idle_check, _server, _supervisor
 from ansible_collections.inferops.serving.plugins.modules import inference_server
 
@@ -28,7 +30,7 @@ def params(**kw):
                 served_model_name=None, engine_args={}, command=None, executable=None, python=None, env={},
                 variant=None, wait=True, ready_timeout=1800.0, stop_timeout=120.0, state_dir="/nonexistent",
                 log_dir="/nonexistent", supervisor="process", state="started", ready_wait=None, gpu_check=None,
-                lock_timeout=60.0, switch_id=None)
+                lock_timeout=60.0, switch_id=None, stop_grace=None)
     base.update(kw)
     return base
 
@@ -159,9 +161,9 @@ def test_fingerprint_excludes_secrets_but_sees_changes():
 def test_version_is_read_with_the_given_python():
     pytest.importorskip("transformers")  # in the dev venv, not in make test-core-latest's
     p = params(engine="transformers", python=sys.executable)
-    assert _engines.adapter("transformers").version(p)
-    assert _engines.adapter("command").version(p) is None
-    assert _engines.adapter("sglang").version(params(python=sys.executable)) is None  # not installed
+    assert _engines.adapter("transformers").version(p, run_command)
+    assert _engines.adapter("command").version(p, run_command) is None
+    assert _engines.adapter("sglang").version(params(python=sys.executable), run_command) is None  # not installed
 
 
 def test_state_store_atomic_0600_and_corrupt(tmp_path):
@@ -205,7 +207,7 @@ def test_systemd_unit_renders_and_verifies(tmp_path):
             '{"method":"mtp","num_speculative_tokens":2}', "--x", "100%", "$HOME"]
     text = _supervisor.render_unit("qwen", argv, {"A": "x y", "INFEROPS_INSTANCE": "qwen@1"},
                                    str(tmp_path / "qwen.log"), 90.4)
-    assert "KillMode=control-group" in text
+    assert "KillMode=mixed" in text
     assert "TimeoutStopSec=90" in text
     assert 'Environment="A=x y"' in text
     unit = tmp_path / "inferops-qwen.service"
@@ -245,9 +247,11 @@ class _Sup(object):
         self.code = code
         self.calls = 0
 
-    def exit_code(self, record):
+    def ending(self, record):
         self.calls += 1
-        return self.code if self.exits_after is not None and self.calls > self.exits_after else None
+        if self.exits_after is not None and self.calls > self.exits_after:
+            return {"code": self.code, "signal": None, "signum": None, "message": "exited with code %d" % self.code}
+        return None
 
 
 def test_wait_ready_limit_elapsed_and_deadline(monkeypatch):
@@ -279,10 +283,7 @@ def test_wait_ready_limit_elapsed_and_deadline(monkeypatch):
     with pytest.raises(_server.ServerError, match="exited with code 1 before it was ready") as known:
         _server.wait_ready(_Sup(exits_after=2), {}, launch, p, clock=clock, sleep=sleep)
     assert known.value.extra["rc"] == 1
-    # a resumed wait (another module process) cannot read the status: it says so, and returns no rc
-    with pytest.raises(_server.ServerError, match=r"exited \(its exit status went to the earlier call") as unknown:
-        _server.wait_ready(_Sup(exits_after=0, code=_supervisor.EXIT_UNKNOWN), {}, launch, p, clock=clock, sleep=sleep)
-    assert "rc" not in unknown.value.extra
+    assert known.value.extra["exit"]["code"] == 1
 
 
 def test_probe_and_port_in_use():
@@ -301,7 +302,7 @@ def test_probe_and_port_in_use():
 def test_systemd_supervisor_drives_systemctl(tmp_path):
     calls = []
 
-    def run(argv):
+    def run(argv, **dummy):
         calls.append(argv[1:])
         if argv[1] == "show":
             return 0, "MainPID=%d\nActiveState=active\nExecMainStatus=0\n" % os.getpid(), ""
@@ -312,7 +313,7 @@ def test_systemd_supervisor_drives_systemctl(tmp_path):
     started = sup.start([os.path.basename(sys.executable), "-c", "pass"], {"A": "1"})
     unit = (tmp_path / "inferops-q.service").read_text()
     assert "ExecStart=%s -c pass" % shutil.which(os.path.basename(sys.executable)) in unit
-    assert "Environment=INFEROPS_INSTANCE=%s" % sup.marker in unit and "KillMode=control-group" in unit
+    assert "Environment=INFEROPS_INSTANCE=%s" % sup.marker in unit and "KillMode=mixed" in unit
     assert ["daemon-reload"] in calls and ["restart", "inferops-q.service"] in calls
     assert started["pid"] == os.getpid() and sup.exit_code(started) is None and sup.alive(started)
     sup.stop(started, 1)

@@ -116,7 +116,7 @@ def test_wait_ready_fails_fast_when_health_is_200_but_generation_fails(monkeypat
         return _engines.Probe("error", "POST /v1/completions: HTTP 500 CUDA error")
 
     monkeypatch.setattr(_engines, "probe", probe)
-    sup = types.SimpleNamespace(exit_code=lambda record: None)
+    sup = types.SimpleNamespace(ending=lambda record: None)
     params = {"name": "sv", "host": "127.0.0.1", "port": 1, "ready_timeout": 1800.0, "api_key": None}
     with pytest.raises(_switch.ServerError, match="every generation failed for 10s.*HTTP 500 CUDA error"):
         _switch.wait_ready(sup, {}, types.SimpleNamespace(probe_model="m", health_timeout=10.0), params,
@@ -180,6 +180,7 @@ class FakeSup(object):
 
     kind = "process"
     marker = "m@x"
+    run = None  # no run_command: the engine version reads as unknown
 
     def __init__(self, state_dir, failing=()):
         self.store = _supervisor.StateStore("sv", state_dir)
@@ -195,7 +196,7 @@ class FakeSup(object):
         self.running[self.next_pid] = argv[0]
         return {"pid": self.next_pid, "pgid": self.next_pid, "starttime": 1, "log_offset": 0}
 
-    def stop(self, record, timeout):
+    def stop(self, record, timeout, grace=None):
         pid = (record or {}).get("pid")
         self.events.append(("stop", self.running.pop(pid, None)))
         return [pid] if pid else []
@@ -203,8 +204,10 @@ class FakeSup(object):
     def carriers(self):
         return {}
 
-    def exit_code(self, record):
-        return 3 if self.running.get(record["pid"]) in self.failing else None
+    def ending(self, record):
+        if self.running.get(record["pid"]) in self.failing:
+            return {"code": 3, "signal": None, "signum": None, "message": "exited with code 3"}
+        return None
 
 
 def _params(state_dir, exe, variant):
