@@ -55,7 +55,8 @@ class PlaybookRun(object):
         return out
 
     def result(self, action=None, task=None):
-        found = self.results(action, task)
+        """The last result that ran (a skipped task has none: a role's branch not taken)."""
+        found = [rec for rec in self.results(action, task) if rec["status"] != "skipped"]
         assert found, "no result for action=%s task=%s in:\n%s" % (action, task, self.stdout[-4000:])
         return found[-1]["result"]
 

@@ -19,9 +19,11 @@ MIB = 1024 * 1024
 # nvidia-smi writes these for values a GPU does not support or cannot report
 _NA = ("", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]")
 
+# The fields of each nvidia-smi query; a row is read by these names (SmiBackend._query).
 _SMI_BASE = ("index", "uuid", "name", "memory.used", "memory.total")
 _SMI_HEALTH = ("ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
                "mig.mode.current", "mig.mode.pending")
+_SMI_GPU = _SMI_BASE + _SMI_HEALTH  # --query-gpu with health; _SMI_BASE alone where nvidia-smi refuses those
 _SMI_APPS = ("gpu_uuid", "pid", "process_name", "used_memory")
 _SMI_REMAP = ("gpu_uuid", "remapped_rows.pending", "remapped_rows.failure")
 
@@ -254,7 +256,8 @@ class SmiBackend(object):
             if allow_fail:
                 return None
             raise GpuError("%s failed (rc=%d): %s" % (" ".join(argv), rc, text))
-        return [[cell.strip() for cell in row] for row in csv.reader(out.splitlines()) if row]
+        # one dict per row, by field name; a short row lacks the fields past its last cell
+        return [dict(zip(fields, (cell.strip() for cell in row))) for row in csv.reader(out.splitlines()) if row]
 
     def _concurrently(self, queries):
         """Run the queries (option, fields, allow_fail) at once: a poll costs one call's time, not three.
@@ -297,7 +300,7 @@ class SmiBackend(object):
     def _read(self, wanted, health):
         with_health = health and self._health
         with_remap = health and self._remap
-        queries = [("--query-gpu", _SMI_BASE + _SMI_HEALTH if with_health else _SMI_BASE, with_health),
+        queries = [("--query-gpu", _SMI_GPU if with_health else _SMI_BASE, with_health),
                    ("--query-compute-apps", _SMI_APPS, False)]
         if with_remap:
             queries.append(("--query-remapped-rows", _SMI_REMAP, True))
@@ -308,14 +311,14 @@ class SmiBackend(object):
             gpu_rows = self._query("--query-gpu", _SMI_BASE)
         gpus, by_uuid = [], {}
         for row in gpu_rows:
-            index = int(row[0])
+            index = int(row["index"])
             if wanted is not None and index not in wanted:
                 continue
-            gpu = new_gpu(index, row[1], row[2], _int(row[3]), _int(row[4]))
-            if len(row) >= len(_SMI_BASE) + len(_SMI_HEALTH):
-                ecc, pages, mig, mig_pending = row[5:9]
-                gpu["health"]["ecc_uncorrected_volatile"] = _int(ecc)
-                gpu["health"]["retired_pages_pending"] = _flag(pages)
+            gpu = new_gpu(index, row["uuid"], row["name"], _int(row["memory.used"]), _int(row["memory.total"]))
+            if len(row) == len(_SMI_GPU):
+                mig, mig_pending = row["mig.mode.current"], row["mig.mode.pending"]
+                gpu["health"]["ecc_uncorrected_volatile"] = _int(row["ecc.errors.uncorrected.volatile.total"])
+                gpu["health"]["retired_pages_pending"] = _flag(row["retired_pages.pending"])
                 gpu["mig_mode"] = None if _na(mig) else mig.strip().lower()
                 gpu["health"]["mig_mode_pending"] = None if _na(mig_pending) else mig_pending.strip().lower()
             gpus.append(gpu)
@@ -324,17 +327,18 @@ class SmiBackend(object):
             if answers[2] is None:
                 self._remap = False
             for row in answers[2] or []:
-                if len(row) >= 3 and row[0] in by_uuid:
-                    by_uuid[row[0]]["health"]["remapped_rows_pending"] = _flag(row[1])
-                    by_uuid[row[0]]["health"]["remapped_rows_failure"] = _flag(row[2])
+                if len(row) == len(_SMI_REMAP) and row["gpu_uuid"] in by_uuid:
+                    health = by_uuid[row["gpu_uuid"]]["health"]
+                    health["remapped_rows_pending"] = _flag(row["remapped_rows.pending"])
+                    health["remapped_rows_failure"] = _flag(row["remapped_rows.failure"])
         for row in app_rows:
-            if len(row) < 4:
+            if len(row) < len(_SMI_APPS):
                 continue
-            gpu = by_uuid.get(row[0])
+            gpu = by_uuid.get(row["gpu_uuid"])
             if gpu is None:
                 continue
-            gpu["processes"].append({"pid": int(row[1]), "name": row[2], "used_mib": _int(row[3]),
-                                     "type": "compute", "mig_device": None})
+            gpu["processes"].append({"pid": int(row["pid"]), "name": row["process_name"],
+                                     "used_mib": _int(row["used_memory"]), "type": "compute", "mig_device": None})
         missing = (wanted or set()) - set(by_uuid[u]["index"] for u in by_uuid)
         if missing:
             raise GpuError("nvidia-smi did not report GPU(s) %s" % ", ".join(str(i) for i in sorted(missing)))

@@ -192,7 +192,7 @@ ARGUMENT_SPEC = dict(
     kill_grace=dict(type="float", default=10.0),
     reclaim_match=dict(type="list", elements="str"),
     reclaim_all=dict(type="bool", default=False),
-    protected=dict(type="list", elements="str", default=list(_procs.DEFAULT_PROTECTED)),
+    protected=dict(type="list", elements="str"),  # unset: _procs.DEFAULT_PROTECTED, the one list of them
     require_gpus=dict(type="bool", default=True),
 )
 
@@ -220,7 +220,8 @@ def validate(p):
 
 def scope(p):
     return _procs.Scope(patterns=p["reclaim_match"] if p["reclaim_match"] is not None else _procs.DEFAULT_RECLAIM_MATCH,
-                        reclaim_all=p["reclaim_all"], protected=p["protected"])
+                        reclaim_all=p["reclaim_all"],
+                        protected=p["protected"] if p.get("protected") is not None else _procs.DEFAULT_PROTECTED)
 
 
 def _holders(gpus, without=()):

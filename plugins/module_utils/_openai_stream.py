@@ -3,34 +3,28 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A lean streaming OpenAI client: raw HTTP/1.1 over asyncio, standard library only.
 
-One concern: send a request, time every server-sent event on arrival. The connection is a plain
-``asyncio.Protocol``: every read (up to the transport's large buffer) is stamped with the monotonic
-clock inside ``data_received``, before any coroutine is resumed, then de-chunked and split into SSE
-events in place. Events are decoded from UTF-8 only once complete, so a character split across
+One concern: send a request, time every server-sent event on arrival. The connection is an
+``asyncio.BufferedProtocol`` (``_Protocol``): every read lands in one preallocated buffer and is
+stamped with the arrival clock inside ``buffer_updated``, before any coroutine is resumed, then
+de-chunked and split into SSE events in place. Events are decoded from UTF-8 only once complete, so a character split across
 reads or HTTP chunks is whole again. Keep-alive: one connection serves request after request until
 the server closes it.
 
-Also small synchronous helpers (``http.client``) to GET ``/v1/models`` and a metrics endpoint.
+Also a synchronous GET (``http_get``, over ``_http.request``) for ``/v1/models`` and a metrics endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import selectors
 import socket
 import ssl
 import time
+from urllib.parse import urlsplit
 
-try:  # Python 3
-    from urllib.parse import urlsplit
-except ImportError:  # pragma: no cover
-    from urlparse import urlsplit  # type: ignore
-
-try:
-    import http.client as httplib
-except ImportError:  # pragma: no cover
-    import httplib  # type: ignore
+from ansible_collections.inferops.serving.plugins.module_utils import _http
 
 monotonic = time.monotonic
 
@@ -583,25 +577,15 @@ def api_path(api):
 def http_get(url, api_key=None, timeout=10.0, ssl_context=None):
     """GET ``url``: (status, body text). Raises RequestError when the server cannot be reached."""
     parts = urlsplit(url)
-    if parts.scheme == "https":
-        conn = httplib.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout,
-                                       context=ssl_context or ssl.create_default_context())
-    else:
-        conn = httplib.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    https = parts.scheme == "https"
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
-    headers = {"Accept": "application/json, text/plain"}
-    if api_key:
-        headers["Authorization"] = "Bearer " + api_key
     try:
-        conn.request("GET", path, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode("utf-8", "replace")
-    except (OSError, httplib.HTTPException) as exc:
+        return _http.request(parts.hostname, parts.port or (443 if https else 80), "GET", path, api_key=api_key,
+                             timeout=timeout, https=https, ssl_context=ssl_context, accept="application/json, text/plain")
+    except (OSError, http.client.HTTPException) as exc:
         raise RequestError("unreachable", "%s: %s" % (url, exc or exc.__class__.__name__))
-    finally:
-        conn.close()
 
 
 def list_models(target, api_key=None, timeout=10.0):

@@ -26,6 +26,7 @@ author:
   - inferops.serving maintainers (@inferops)
 extends_documentation_fragment:
   - inferops.serving.attributes
+  - inferops.serving.gpu_check
 attributes:
   check_mode:
     support: full
@@ -39,70 +40,6 @@ attributes:
 requirements:
   - An NVIDIA driver with C(nvidia-smi) on PATH, or the C(nvidia-ml-py) package (C(import pynvml)) on the target.
   - Linux C(/proc) to inspect and signal holders.
-options:
-  gpus:
-    description:
-      - GPU indices to check. Default is every GPU of the host.
-      - An index the host does not have is an error that lists the indices it has.
-    type: list
-    elements: int
-  backend:
-    description:
-      - How GPU state is read.
-      - V(auto) uses NVML through C(nvidia-ml-py) when it imports and initialises, else C(nvidia-smi).
-      - V(nvidia_smi) uses only the stable CSV query interface (C(--query-gpu), C(--query-compute-apps),
-        C(--query-remapped-rows) with C(--format=csv,noheader,nounits)).
-    type: str
-    choices: [auto, nvml, nvidia_smi]
-    default: auto
-  max_used_mib:
-    description:
-      - Most memory a clean GPU may show as used, in MiB.
-      - With NVML this is the v2 figure, which excludes driver-reserved memory (about 600 MiB on an
-        idle H200 that NVML v1 counts as used).
-    type: int
-    default: 0
-  timeout:
-    description: Seconds to wait for every GPU to become clean before failing.
-    type: float
-    default: 60
-  poll_interval:
-    description: Seconds between two reads of the GPU state.
-    type: float
-    default: 0.1
-  reclaim:
-    description: Terminate GPU holders in scope (see O(reclaim_match) and O(reclaim_all)).
-    type: bool
-    default: false
-  kill_grace:
-    description: Seconds between SIGTERM and SIGKILL for a reclaimed holder. Must be less than O(timeout).
-    type: float
-    default: 10
-  reclaim_match:
-    description:
-      - Regular expressions searched in a holder's command line; a match puts the holder in scope.
-      - The default matches the inference engines' processes (sglang, vllm and VLLM::, trtllm and
-        tensorrt_llm, transformers serve, text-generation-launcher and text-generation-server).
-    type: list
-    elements: str
-  reclaim_all:
-    description: Put every holder in scope that is not protected (and not this module or its ancestors).
-    type: bool
-    default: false
-  protected:
-    description:
-      - Process names that are never signalled, whatever the scope. A protected holder makes the check
-        fail at once, naming the process and the GPU.
-      - Matched against the process's comm, the basename of its argv[0] and of its executable.
-    type: list
-    elements: str
-    default: [nvidia-persistenced, nv-hostengine, dcgm-exporter, nvidia-fabricmanager]
-  require_gpus:
-    description:
-      - With V(true), a host without an NVIDIA GPU or driver fails the check.
-      - With V(false), such a host reports RV(gpus=[]) and succeeds (a CPU host).
-    type: bool
-    default: true
 notes:
   - Inside a container NVML reports host PIDs; holders then cannot be matched to processes and are
     reported as not visible, and are never signalled. Run the check on the host (or in the host PID namespace).
@@ -134,11 +71,10 @@ EXAMPLES = r"""
     require_gpus: false
   register: gpu_state
 
-- name: Reclaim a custom engine's leftovers too, never touching the monitoring agent
+- name: Reclaim a custom engine's leftovers too (the built-in protected list still applies)
   inferops.serving.gpu_idle_check:
     reclaim: true
     reclaim_match: ['my_engine\.server', 'vllm']
-    protected: [nvidia-persistenced, nv-hostengine, dcgm-exporter, nvidia-fabricmanager, my-monitor]
 """
 
 RETURN = r"""

@@ -27,6 +27,14 @@ _DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps_per_request", "e2e
 _SCALARS = ("completed", "failed", "duration_s", "output_throughput", "input_throughput",
             "request_throughput", "goodput", "tokens_per_chunk", "token_source", "acceptance_length")
 
+# What a regression is judged on, one row per metric of a history record:
+# (key, label, unit, digits printed, which way is better: "higher" or "lower").
+REGRESSION_METRICS = (
+    ("output_throughput", "output throughput", "tok/s", 1, "higher"),
+    ("tpot_ms", "TPOT p50", "ms", 2, "lower"),
+)
+_REGRESSION_BY_KEY = dict((row[0], row) for row in REGRESSION_METRICS)
+
 
 def _short(action):
     return (action or "").rsplit(".", 1)[-1]
@@ -246,7 +254,8 @@ def previous_levels(history, current_run=None):
 def find_regressions(records, previous, threshold_pct):
     """Regressions of this run against the previous run of the same host + variant + concurrency.
 
-    A regression is a drop of output throughput, or a rise of TPOT p50, by more than threshold_pct.
+    A regression is a change for the worse (REGRESSION_METRICS: a drop of output throughput, a rise of
+    TPOT p50) by more than threshold_pct.
     """
     found = []
     limit = float(threshold_pct) / 100.0
@@ -254,7 +263,8 @@ def find_regressions(records, previous, threshold_pct):
         before = previous.get((rec["host"], rec["variant"], rec["concurrency"]))
         if not before:
             continue
-        for key, worse in (("output_throughput", -1), ("tpot_ms", 1)):
+        for key, _label, _unit, _digits, better in REGRESSION_METRICS:
+            worse = -1 if better == "higher" else 1
             old, new = _num(before.get(key)), _num(rec.get(key))
             if old is None or new is None or old <= 0:
                 continue
@@ -281,9 +291,7 @@ def regression_lines(regressions):
         regs = groups[key]
         parts = []
         for reg in regs:
-            name = "output throughput" if reg["metric"] == "output_throughput" else "TPOT p50"
-            digits = 1 if reg["metric"] == "output_throughput" else 2
-            unit = "tok/s" if reg["metric"] == "output_throughput" else "ms"
+            _key, name, unit, digits, _better = _REGRESSION_BY_KEY[reg["metric"]]
             parts.append("%s %s \u2192 %s %s (%+.1f %%)" % (name, _fmt(reg["before"], digits),
                                                             _fmt(reg["after"], digits), unit, reg["change_pct"]))
         line = "REGRESSION: host %s, variant %s, concurrency %s: %s" % (key[0], key[1], key[2], "; ".join(parts))

@@ -207,3 +207,11 @@ def test_check_mode_reports_would_kill_and_kills_nothing():
     finally:
         child.kill()
         child.wait()
+
+
+def test_unset_protected_means_the_one_built_in_list():
+    p = dict((key, spec.get("default")) for key, spec in _idle_check.ARGUMENT_SPEC.items())
+    assert p["protected"] is None  # no copy of the list in the argument spec (nor in the docs)
+    assert _idle_check.scope(p).protected == _procs.DEFAULT_PROTECTED
+    assert _idle_check.scope(dict(p, protected=["my-monitor"])).protected == ("my-monitor",)
+    assert _idle_check.scope(dict(p, protected=[])).protected == ()  # a list replaces it, as before
