@@ -47,11 +47,15 @@ if play playbooks/switch_variant.yml -e variant=broken; then echo "FAIL: broken 
 "$PY" -c 'import urllib.request; print("GET /health:", urllib.request.urlopen("http://127.0.0.1:18400/health", timeout=10).read().decode())'
 "$PY" -c 'import json, sys; s = json.load(open(sys.argv[1])); print("serving now:", s["variant"], s["fingerprint"], "pid", s["pid"])' "$H200_WORK/state/h200.json"
 echo "the broken engine's end, as its watchdog recorded it: $(cat "$H200_WORK/state/h200.exit.json")"
+ENGINES=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$H200_WORK/state/h200.exit.json")
 
 stamp "6. stop (main process first) and verify the GPU clean"
 play playbooks/stop.yml
 echo "the stopped engine's end, as its watchdog recorded it: $(cat "$H200_WORK/state/h200.exit.json")"
-echo "zombies left: $(ps -eo stat= | grep -c '^Z' || true)"
+for pid in $("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$H200_WORK/state/h200.exit.json") $ENGINES; do
+  echo "engine pid $pid: $(if [ -e /proc/"$pid" ]; then echo "still in the process table: $(ps -o pid=,ppid=,stat=,comm= -p "$pid")"; else echo "gone, reaped"; fi)"
+done
+echo "zombies on the host (pid ppid stat comm): $(ps -eo pid=,ppid=,stat=,comm= | awk '$3 ~ /^Z/' | tr '\n' ';')"
 "$PY" - <<'PYEOF'
 import pynvml
 pynvml.nvmlInit()

@@ -161,6 +161,12 @@ def test_stop_verifies_gpus_and_bench_needs_something_serving(switch, fleet):
     assert not _procs.alive(pid) and fleet.record() is None
     gpu = stop.result("inference_server")["gpu_check"]
     assert gpu["clean"] and len(gpu["gpus"]) == 8
+    ended = stop.result("inference_server")["stopped_exit"]  # the stand-in has no SIGTERM handler
+    assert ended["signal"] == "SIGTERM", ended
+    said = " ".join(stop.stdout.split())
+    assert "sv stopped: the engine was killed by SIGTERM at %s; GPUs clean" % ended["ended_at"] in said, said[-2000:]
+    again = switch(playbook=STOP)
+    assert again.rc == 0 and "sv was not running; GPUs clean" in " ".join(again.stdout.split())
     nothing = switch(playbook=BENCH)
     assert nothing.rc != 0 and "Nothing serves on localhost" in nothing.stdout
 

@@ -13,15 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import socket
-import sys
 import urllib.request
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-import stand_in  # noqa: E402
+import stand_in
 
 stand_in.importable()
 from ansible_collections.inferops.serving.plugins.module_utils import _bench, _openai_stream as s  # noqa: E402

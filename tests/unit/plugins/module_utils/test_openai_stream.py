@@ -6,13 +6,10 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-import stand_in  # noqa: E402
+import stand_in
 
 stand_in.importable()
 from ansible_collections.inferops.serving.plugins.module_utils import _openai_stream as s  # noqa: E402

@@ -14,8 +14,7 @@ import pytest
 
 from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts as bf
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from bench_shapes import bench_result  # noqa: E402
+from bench_shapes import bench_result
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 LATER = NOW + datetime.timedelta(hours=1)

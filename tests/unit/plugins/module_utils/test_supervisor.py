@@ -1,0 +1,95 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Unit tests of _supervisor: the state store, the instance marker, the supervisor choice, the systemd unit and the systemd supervisor."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.inferops.serving.plugins.module_utils import _supervisor
+
+
+def test_state_store_atomic_0600_and_corrupt(tmp_path):
+    store = _supervisor.StateStore("x", str(tmp_path / "state"))
+    assert store.load() is None
+    store.save({"pid": 1, "argv": ["a"]})
+    assert store.load() == {"pid": 1, "argv": ["a"]}
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    assert os.listdir(str(tmp_path / "state")) == ["x.json"]  # no temp file left
+    with open(store.path, "w") as handle:
+        handle.write("{not json")
+    assert store.load() == {"corrupt": True}
+    store.clear()
+    store.clear()
+    assert store.load() is None
+
+
+def test_marker_is_per_name_and_state_dir(tmp_path):
+    assert _supervisor.marker_value("a", "/x") != _supervisor.marker_value("a", "/y")
+    assert _supervisor.marker_value("a", "/x") != _supervisor.marker_value("b", "/x")
+    assert _supervisor.marker_value("a", "/x").startswith("a@")
+
+
+def test_auto_supervisor_is_process_without_systemd():
+    assert _supervisor.choose("process") == "process"
+    if not _supervisor.systemd_usable():
+        assert _supervisor.choose("auto") == "process"
+
+
+def test_systemd_quoting():
+    assert _supervisor.systemd_quote("plain") == "plain"
+    assert _supervisor.systemd_quote("a b") == '"a b"'
+    assert _supervisor.systemd_quote('say "hi"') == '"say \\"hi\\""'
+    assert _supervisor.systemd_quote("100%") == "100%%"
+    assert _supervisor.systemd_quote("$HOME") == "$$HOME"
+    assert _supervisor.systemd_quote('{"method":"mtp"}') == '"{\\"method\\":\\"mtp\\"}"'
+
+
+def test_systemd_unit_renders_and_verifies(tmp_path):
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "/m dir", "--speculative-config",
+            '{"method":"mtp","num_speculative_tokens":2}', "--x", "100%", "$HOME"]
+    text = _supervisor.render_unit("qwen", argv, {"A": "x y", "INFEROPS_INSTANCE": "qwen@1"},
+                                   str(tmp_path / "qwen.log"), 90.4)
+    assert "KillMode=mixed" in text
+    assert "TimeoutStopSec=90" in text
+    assert 'Environment="A=x y"' in text
+    unit = tmp_path / "inferops-qwen.service"
+    unit.write_text(text)
+    analyze = shutil.which("systemd-analyze")
+    if not analyze:
+        pytest.skip("systemd-analyze is not installed")
+    proc = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "inferops-qwen.service" not in proc.stderr, proc.stderr
+    bad = tmp_path / "inferops-bad.service"
+    bad.write_text(text.replace("ExecStart=" + sys.executable, "ExecStart=/nonexistent/engine"))
+    proc = subprocess.run([analyze, "verify", str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0  # the check is not vacuous
+
+
+def test_systemd_supervisor_drives_systemctl(tmp_path):
+    calls = []
+
+    def run(argv, **dummy):
+        calls.append(argv[1:])
+        if argv[1] == "show":
+            return 0, "MainPID=%d\nActiveState=active\nExecMainStatus=0\n" % os.getpid(), ""
+        return 0, "", ""
+
+    sup = _supervisor.SystemdSupervisor("q", str(tmp_path / "st"), str(tmp_path / "log"), unit_dir=str(tmp_path),
+                                        stop_timeout=30, run=run)
+    started = sup.start([os.path.basename(sys.executable), "-c", "pass"], {"A": "1"})
+    unit = (tmp_path / "inferops-q.service").read_text()
+    assert "ExecStart=%s -c pass" % shutil.which(os.path.basename(sys.executable)) in unit
+    assert "Environment=INFEROPS_INSTANCE=%s" % sup.marker in unit and "KillMode=mixed" in unit
+    assert ["daemon-reload"] in calls and ["restart", "inferops-q.service"] in calls
+    assert started["pid"] == os.getpid() and sup.exit_code(started) is None and sup.alive(started)
+    sup.stop(started, 1)
+    assert ["stop", "inferops-q.service"] in calls
