@@ -21,7 +21,8 @@ import time
 import traceback
 import uuid
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _idle_check, _procs, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import (
+    _engines, _fingerprint, _idle_check, _procs, _supervisor, _watchdog)
 
 # The one word every outcome of the module is, and the phrase each failure ends with.
 READY, UNCHANGED, RELABELLED, LOADING, STOPPED = "ready", "unchanged", "relabelled", "loading", "stopped"
@@ -430,16 +431,9 @@ def detach(switch, lock):
         finally:
             os._exit(status)
     os.close(write_fd)
-    chunks = []
-    while True:
-        chunk = os.read(read_fd, 64)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(read_fd)
+    pid = _watchdog.read_all(read_fd).decode("ascii")
     os.waitpid(first, 0)
     lock.close()  # the detached process has it now
-    pid = b"".join(chunks).decode("ascii")
     if not pid:
         raise ServerError("could not start the switch process", outcome=NOTHING_STOPPED)
     return int(pid)

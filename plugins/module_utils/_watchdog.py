@@ -50,7 +50,8 @@ def _write_atomic(path, record):
     os.replace(tmp, path)
 
 
-def _read_all(fd):
+def read_all(fd):
+    """Everything a pipe's writers send until they all close it; closes fd."""
     chunks = []
     while True:
         data = os.read(fd, 65536)
@@ -101,7 +102,7 @@ def watch(spec, report_w):
         os.close(report_w)
         _engine(spec, err_w)
     os.close(err_w)
-    failed = _read_all(err_r)
+    failed = read_all(err_r)
     if failed:
         os.waitpid(pid, 0)
         why = json.loads(failed.decode("utf-8"))
@@ -133,7 +134,7 @@ def main():
     report_r, report_w = os.pipe()
     if os.fork():  # the caller's process: relay the watchdog's report, then exit
         os.close(report_w)
-        report = _read_all(report_r).decode("utf-8") or json.dumps({"error": "the watchdog died before it reported"})
+        report = read_all(report_r).decode("utf-8") or json.dumps({"error": "the watchdog died before it reported"})
         os.write(1, (report + "\n").encode("utf-8"))
         os._exit(1 if '"error"' in report else 0)
     os.close(report_r)
