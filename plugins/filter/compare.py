@@ -1,0 +1,22 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The compare_variants filter: the variants benchmarked on one host, compared with repeats and confidence intervals."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.inferops.serving.plugins.plugin_utils import _compare
+
+
+def compare_variants(results, host, order, objective_metric=None):
+    try:
+        return _compare.compare(host, results, order, objective_metric)
+    except _compare.CompareError as exc:
+        raise AnsibleFilterError("compare_variants: %s" % exc)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"compare_variants": compare_variants}

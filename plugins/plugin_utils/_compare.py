@@ -1,0 +1,434 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Compare variants on one host: which is faster here, and by how much, with repeats and confidence intervals.
+
+Each variant is benchmarked several times (repeats); a repeat is the list of throughput_bench levels
+(or the throughput_bench result itself). Per concurrency and metric, a variant's figure is the median
+over its repeats, with a 95 % bootstrap percentile interval of that median; a variant against the
+reference (the first variant in run order that did not fail) is the ratio of the medians with a 95 %
+bootstrap percentile interval, significant when the interval excludes 1.
+
+Standard library only, deterministic (a seeded ``random.Random`` per interval), unit-tested without
+Ansible; the compare_variants filter only feeds input in.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts
+
+DEFAULT_SEED = 19
+DEFAULT_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+# What variants are compared on, one row per metric:
+# (key, short label (verdict lines), label (tables), unit, digits printed, which way is better, where in a level).
+# The place is (key,) for a number, (key, "p50") for a distribution (a dict of percentiles). An absent or
+# null figure is skipped, never taken as 0.
+METRICS = (
+    ("output_throughput", "output", "output throughput", "tok/s", 1, "higher", ("output_throughput",)),
+    ("tpot_ms", "TPOT", "TPOT p50", "ms", 2, "lower", ("tpot_ms", "p50")),
+    ("ttft_ms", "TTFT", "TTFT p50", "ms", 1, "lower", ("ttft_ms", "p50")),
+    ("decode_tps_per_request", "decode", "decode tok/s per request p50", "tok/s", 1, "higher",
+     ("decode_tps_per_request", "p50")),
+    ("goodput", "goodput", "goodput", "req/s", 2, "higher", ("goodput",)),
+    ("acceptance_length", "acceptance", "acceptance length", "", 2, "higher", ("acceptance_length",)),
+)
+METRIC_KEYS = tuple(row[0] for row in METRICS)
+_BY_KEY = dict((row[0], row) for row in METRICS)
+THROUGHPUT, GOODPUT = "output_throughput", "goodput"
+
+
+class CompareError(ValueError):
+    """Bad input to the comparison; the message says what was wrong and what is allowed."""
+
+
+def _num(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def read_metric(level, key):
+    """The figure of one metric in a level dict, or None when it is absent or null.
+
+    A distribution is read at its p50; a plain number where a distribution is expected (a history
+    record, which keeps only the p50) is taken as it is.
+    """
+    place = _BY_KEY[key][6]
+    value = level.get(place[0]) if isinstance(level, dict) else None
+    if isinstance(value, dict):
+        value = value.get(place[1]) if len(place) > 1 else None
+    return _num(value)
+
+
+def _median(values):
+    return statistics.median(values)
+
+
+def _percentile(ordered, fraction):
+    """Linear interpolation between the closest ranks of a sorted list (numpy's default)."""
+    pos = fraction * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _interval(estimates):
+    ordered = sorted(estimates)
+    tail = (1.0 - CONFIDENCE) / 2.0
+    return _percentile(ordered, tail), _percentile(ordered, 1.0 - tail)
+
+
+def _resampled_median(rng, values):
+    return _median(rng.choices(values, k=len(values)))
+
+
+def bootstrap_median(values, seed=DEFAULT_SEED, resamples=DEFAULT_RESAMPLES):
+    """(median, ci_low, ci_high): the median and a 95 % bootstrap percentile interval of it."""
+    values = list(values)
+    if not values:
+        return None, None, None
+    middle = _median(values)
+    if len(values) == 1:
+        return middle, middle, middle
+    rng = random.Random(seed)
+    low, high = _interval([_resampled_median(rng, values) for _draw in range(resamples)])
+    return middle, low, high
+
+
+def ratio(base_values, variant_values, seed=DEFAULT_SEED, resamples=DEFAULT_RESAMPLES):
+    """Ratio of medians variant / base with a 95 % bootstrap percentile interval.
+
+    Each group is resampled independently with replacement; each resample gives the ratio of the
+    resampled medians (a resample whose base median is 0 is left out). Significant when the interval
+    excludes 1.0. A base median of 0 (or no values) gives ratio None, not significant.
+    """
+    base, variant = list(base_values), list(variant_values)
+    out = {"ratio": None, "ci_low": None, "ci_high": None, "significant": False,
+           "base_median": _median(base) if base else None, "variant_median": _median(variant) if variant else None}
+    if not base or not variant or not out["base_median"]:
+        return out
+    out["ratio"] = out["variant_median"] / out["base_median"]
+    rng = random.Random(seed)
+    estimates = []
+    for _draw in range(resamples):
+        below = _resampled_median(rng, base)
+        above = _resampled_median(rng, variant)
+        if below:
+            estimates.append(above / below)
+    if not estimates:
+        return out
+    out["ci_low"], out["ci_high"] = _interval(estimates)
+    # one value on a side gives no spread to resample: never evidence of a difference. With 2 or 3 repeats
+    # a percentile interval is only the values' range (measured: identical variants read "significant" in
+    # 33 % of pairs at 2 repeats, 11 % at 3, 5 % at 5)
+    enough = len(base) >= 2 and len(variant) >= 2
+    out["significant"] = enough and (out["ci_low"] > 1.0 or out["ci_high"] < 1.0)
+    return out
+
+
+def _levels_of(repeat, where):
+    """The level dicts of one repeat: a list of levels, or a throughput_bench result (dict with results)."""
+    if isinstance(repeat, dict):
+        if not isinstance(repeat.get("results"), list):
+            raise CompareError("%s is a dict without results: a repeat is a list of throughput_bench levels "
+                               "or a throughput_bench result" % where)
+        return _bench_facts.bench_levels(repeat)
+    if not isinstance(repeat, list):
+        raise CompareError("%s must be a list of throughput_bench levels or a throughput_bench result, got %s"
+                           % (where, type(repeat).__name__))
+    for pos, level in enumerate(repeat):
+        if not isinstance(level, dict) or "concurrency" not in level:
+            raise CompareError("%s, level %d: each level must be a dict with a concurrency, got %r"
+                               % (where, pos + 1, level if not isinstance(level, dict) else sorted(level)))
+    return repeat
+
+
+def _conc_key(conc):
+    return (not isinstance(conc, (int, float)), conc if isinstance(conc, (int, float)) else str(conc))
+
+
+def summarize(repeats, seed=DEFAULT_SEED, resamples=DEFAULT_RESAMPLES, where="repeats"):
+    """{concurrency: {metric: {median, ci_low, ci_high, n, values}}} over the repeats.
+
+    ``repeats`` is a list, one entry per repeat, of lists of level dicts. Each level is one
+    observation of its concurrency (normally one per repeat); ``values`` keeps them in repeat order.
+    Metrics a level does not have (null or absent) are skipped.
+    """
+    if not isinstance(repeats, list):
+        raise CompareError("%s must be a list of repeats (each a list of levels), got %s"
+                           % (where, type(repeats).__name__))
+    observed = {}
+    for pos, repeat in enumerate(repeats):
+        for level in _levels_of(repeat, "%s: repeat %d" % (where, pos + 1)):
+            per_metric = observed.setdefault(level["concurrency"], {})
+            for key in METRIC_KEYS:
+                value = read_metric(level, key)
+                if value is not None:
+                    per_metric.setdefault(key, []).append(value)
+    summary = {}
+    for conc in sorted(observed, key=_conc_key):
+        summary[conc] = {}
+        for key in METRIC_KEYS:
+            values = observed[conc].get(key)
+            if not values:
+                continue
+            middle, low, high = bootstrap_median(values, seed, resamples)
+            summary[conc][key] = {"median": middle, "ci_low": low, "ci_high": high, "n": len(values),
+                                  "values": values}
+    return summary
+
+
+def _as_summary(levels_or_summary):
+    if isinstance(levels_or_summary, dict):
+        return levels_or_summary
+    found = {}
+    for level in levels_or_summary or []:
+        if isinstance(level, dict) and "concurrency" in level:
+            for key in METRIC_KEYS:
+                if read_metric(level, key) is not None:
+                    found.setdefault(level["concurrency"], {})[key] = True
+    return found
+
+
+def objective(levels_or_summary, slo_set):
+    """(metric, concurrency) the winner is judged on.
+
+    Output throughput at the highest concurrency measured; with an SLO set, goodput at the highest
+    concurrency that has one (output throughput when no level has a goodput). ``levels_or_summary``
+    is a list of levels or a summary from summarize(). (metric, None) when nothing was measured.
+    """
+    summary = _as_summary(levels_or_summary)
+    metric = THROUGHPUT
+    if slo_set and any(GOODPUT in summary[conc] for conc in summary):
+        metric = GOODPUT
+    concs = sorted((c for c in summary if metric in summary[c]), key=_conc_key)
+    return metric, (concs[-1] if concs else None)
+
+
+def _fmt(value, digits):
+    return "-" if value is None else ("%%.%df" % digits) % value
+
+
+def _fmt_interval(low, high, digits):
+    return "[%s, %s]" % (_fmt(low, digits), _fmt(high, digits))
+
+
+def _with_unit(value, digits, unit):
+    return "%s %s" % (_fmt(value, digits), unit) if unit else _fmt(value, digits)
+
+
+def _check(host, results, order, objective_metric):
+    if not isinstance(results, dict):
+        raise CompareError("results must be a dict {variant: {repeats: [[levels...], ...]} or {failed: reason}}, got %s"
+                           % type(results).__name__)
+    if isinstance(order, str) or not isinstance(order, (list, tuple)) or not order:
+        raise CompareError("order must be a non-empty list of the variants in run order, got %r" % (order,))
+    if len(set(order)) != len(order):
+        raise CompareError("order names a variant twice: %s" % ", ".join(str(v) for v in order))
+    missing = [v for v in order if v not in results]
+    if missing:
+        raise CompareError("order names %s, which results of host %s do not have (they have: %s)"
+                           % (", ".join(str(v) for v in missing), host, ", ".join(str(v) for v in results) or "none"))
+    extra = [v for v in results if v not in order]
+    if extra:
+        raise CompareError("results of host %s have %s, which order does not name (order: %s)"
+                           % (host, ", ".join(str(v) for v in extra), ", ".join(str(v) for v in order)))
+    for variant in order:
+        entry = results[variant]
+        if not isinstance(entry, dict) or not (entry.get("failed") or "repeats" in entry):
+            raise CompareError("variant %s of host %s must be a dict with repeats (a list of repeats, each a list "
+                               "of levels) or failed (the reason), got %r"
+                               % (variant, host, sorted(entry) if isinstance(entry, dict) else entry))
+        if not entry.get("failed") and (not isinstance(entry["repeats"], list) or not entry["repeats"]):
+            raise CompareError("variant %s of host %s: repeats must be a non-empty list of repeats (each a list of "
+                               "levels), got %r" % (variant, host, entry["repeats"]))
+    if objective_metric is not None and objective_metric not in _BY_KEY:
+        raise CompareError("objective_metric %r is not one of %s" % (objective_metric, ", ".join(METRIC_KEYS)))
+
+
+def _objective_concurrency(metric, summaries, reference):
+    """The highest concurrency at which every measured variant has the metric, else the reference's highest."""
+    measured = [s for s in summaries.values() if s]
+    common = None
+    for summary in measured:
+        concs = set(c for c in summary if metric in summary[c])
+        common = concs if common is None else common & concs
+    if common:
+        return sorted(common, key=_conc_key)[-1]
+    concs = sorted((c for c in summaries.get(reference) or {} if metric in summaries[reference][c]), key=_conc_key)
+    return concs[-1] if concs else None
+
+
+def _winner(metric, conc, summaries, measured):
+    better = _BY_KEY[metric][5]
+    best = None
+    for variant in measured:  # run order: a tie keeps the earlier variant
+        cell = (summaries[variant].get(conc) or {}).get(metric)
+        if cell is None:
+            continue
+        if best is None or (cell["median"] > best[1] if better == "higher" else cell["median"] < best[1]):
+            best = (variant, cell["median"], cell["n"])
+    return best
+
+
+def compare(host, results, order, objective_metric=None, seed=DEFAULT_SEED, resamples=DEFAULT_RESAMPLES):
+    """Every variant of one host against the reference (the first in order that did not fail).
+
+    ``results`` maps each variant to {"repeats": [[levels...], ...]} or {"failed": reason,
+    "log_tail": [...]}; ``order`` lists the variants in run order. The objective is
+    ``objective_metric`` (a key of METRICS) or, by default, output throughput (goodput when the
+    reference measured one, i.e. an SLO was set) at the highest concurrency every variant measured.
+    """
+    _check(host, results, order, objective_metric)
+    failed, summaries, measured = [], {}, []
+    for variant in order:
+        entry = results[variant]
+        if entry.get("failed"):
+            row = {"host": host, "variant": variant, "reason": str(entry["failed"])}
+            if entry.get("log_tail"):
+                row["log_tail"] = entry["log_tail"]
+            failed.append(row)
+            continue
+        summaries[variant] = summarize(entry["repeats"], seed, resamples, where="variant %s" % variant)
+        measured.append(variant)
+    reference = measured[0] if measured else None
+
+    if objective_metric is None:
+        metric = objective(summaries[reference], True)[0] if reference else THROUGHPUT
+    else:
+        metric = objective_metric
+    conc = _objective_concurrency(metric, summaries, reference) if reference else None
+
+    comparisons = []
+    base = summaries.get(reference) or {}
+    for variant in measured[1:]:
+        mine = summaries[variant]
+        for level in sorted(set(base) & set(mine), key=_conc_key):
+            for key in METRIC_KEYS:
+                if key not in base[level] or key not in mine[level]:
+                    continue
+                est = ratio(base[level][key]["values"], mine[level][key]["values"], seed, resamples)
+                improved = None
+                if est["significant"]:
+                    improved = (est["ratio"] > 1.0) == (_BY_KEY[key][5] == "higher")
+                comparisons.append({"host": host, "baseline": reference, "variant": variant, "concurrency": level,
+                                    "metric": key, "ratio": est["ratio"], "ci_low": est["ci_low"],
+                                    "ci_high": est["ci_high"],
+                                    "repeats": {"baseline": base[level][key]["n"], "variant": mine[level][key]["n"]},
+                                    "significant": est["significant"], "improved": improved,
+                                    "baseline_median": est["base_median"], "variant_median": est["variant_median"]})
+
+    best = _winner(metric, conc, summaries, measured) if conc is not None else None
+    result = {"host": host, "reference": reference, "summaries": summaries, "comparisons": comparisons,
+              "failed_variants": failed, "winner": best[0] if best else None,
+              "objective": {"metric": metric, "concurrency": conc}}
+    result["lines"] = _lines(result, order)
+    return result
+
+
+def _lines(result, order):
+    host, reference = result["host"], result["reference"]
+    metric, conc = result["objective"]["metric"], result["objective"]["concurrency"]
+    _key, short, _label, unit, digits, _better, _place = _BY_KEY[metric]
+    failed = dict((row["variant"], row) for row in result["failed_variants"])
+    rows = dict((row["variant"], row) for row in result["comparisons"]
+                if row["concurrency"] == conc and row["metric"] == metric)
+    lines = []
+    for variant in order:
+        if variant in failed:
+            lines.append("compare %s: %s failed: %s" % (host, variant, failed[variant]["reason"]))
+            continue
+        if variant == reference:
+            continue
+        head = "compare %s: %s vs %s at c=%s: %s" % (host, variant, reference, conc, short)
+        row = rows.get(variant)
+        if row is None:
+            lines.append("%s not measured by both" % head)
+        elif row["ratio"] is None:
+            lines.append("%s ratio undefined (%s median is 0)" % (head, reference))
+        elif row["ci_low"] is None:
+            lines.append("%s \u00d7%.2f (no interval)" % (head, row["ratio"]))
+        else:
+            verdict = "significant" if row["significant"] else "not significant"
+            lines.append("%s \u00d7%.2f [%.2f, %.2f] %s" % (head, row["ratio"], row["ci_low"], row["ci_high"], verdict))
+    winner = result["winner"]
+    if winner is None:
+        why = "every variant failed" if reference is None else "no variant measured %s" % short
+        lines.append("compare %s: no winner (%s)" % (host, why))
+    else:
+        cell = result["summaries"][winner][conc][metric]
+        lines.append("compare %s: winner %s (%s %s at c=%s, median of %d)"
+                     % (host, winner, short, _with_unit(cell["median"], digits, unit), conc, cell["n"]))
+    return lines
+
+
+def _cell(summary, conc, key):
+    cell = (summary.get(conc) or {}).get(key)
+    if cell is None:
+        return "-"
+    digits = _BY_KEY[key][4]
+    return "%s %s" % (_fmt(cell["median"], digits), _fmt_interval(cell["ci_low"], cell["ci_high"], digits))
+
+
+def _md_escape(text):
+    return str(text).replace("|", "\\|")
+
+
+_TABLE_COLUMNS = (("output_throughput", "output tok/s"), ("tpot_ms", "TPOT p50 ms"), ("ttft_ms", "TTFT p50 ms"),
+                  ("decode_tps_per_request", "decode tok/s"), ("goodput", "goodput req/s"),
+                  ("acceptance_length", "acceptance"))
+
+
+def markdown_table(result):
+    """Side-by-side Markdown: per host, a row per concurrency x variant, median [95 % CI] per metric.
+
+    ``result`` is what compare() returns, or a list of them (one per host).
+    """
+    results = result if isinstance(result, list) else [result]
+    out = []
+    for res in results:
+        host, reference, summaries = res["host"], res["reference"], res["summaries"]
+        out.append("## %s" % _md_escape(host))
+        out.append("")
+        if reference is None:
+            out.append("No variant was measured.")
+        else:
+            rows = dict(((row["variant"], row["concurrency"]), row) for row in res["comparisons"]
+                        if row["metric"] == THROUGHPUT)
+            out.append("| concurrency | variant | %s | output vs %s |"
+                       % (" | ".join(title for _key, title in _TABLE_COLUMNS), _md_escape(reference)))
+            out.append("| ---: | --- |%s ---: |" % (" ---: |" * len(_TABLE_COLUMNS)))
+            concs = set()
+            for summary in summaries.values():
+                concs.update(summary)
+            for conc in sorted(concs, key=_conc_key):
+                for variant, summary in summaries.items():
+                    if conc not in summary:
+                        continue
+                    if variant == reference:
+                        vs_ref = "reference"
+                    else:
+                        row = rows.get((variant, conc))
+                        if row is None or row["ratio"] is None:
+                            vs_ref = "-"
+                        else:
+                            vs_ref = "\u00d7%.2f %s%s" % (row["ratio"], _fmt_interval(row["ci_low"], row["ci_high"], 2),
+                                                          " *" if row["significant"] else "")
+                    out.append("| %s | %s | %s | %s |" % (
+                        conc, _md_escape(variant), " | ".join(_cell(summary, conc, key) for key, _title in _TABLE_COLUMNS),
+                        vs_ref))
+            out.append("")
+            out.append("Median over the repeats [95 %% bootstrap interval]; * the ratio's interval excludes 1. "
+                       "Objective: %s at c=%s; winner: %s."
+                       % (_BY_KEY[res["objective"]["metric"]][2], res["objective"]["concurrency"], res["winner"]))
+        if res["failed_variants"]:
+            out.append("")
+            out.extend("- %s failed: %s" % (_md_escape(row["variant"]), _md_escape(row["reason"]))
+                       for row in res["failed_variants"])
+        out.append("")
+    return "\n".join(out)
