@@ -15,9 +15,17 @@ description:
     C(inferops.serving.inference_server) results of the same hosts (GPUs seen, processes killed,
     argv, fingerprint, ready time).
   - At the end of the playbook writes into O(results_dir) a run file C(<timestamp>-<playbook>.json),
-    one line per host, variant and concurrency appended to C(history.jsonl), a Markdown report
-    C(<timestamp>-<playbook>.md) and a chart C(<timestamp>-<playbook>.png) of output throughput and
-    per-request decode speed against concurrency, one line per variant.
+    one line per host, variant and concurrency of each benchmark appended to C(history.jsonl) (with
+    C(repeat), the benchmark's C(repeat) label, so the repeats of a comparison can be grouped), a
+    Markdown report C(<timestamp>-<playbook>.md) and a chart C(<timestamp>-<playbook>.png) of output
+    throughput and per-request decode speed against concurrency, one line per variant.
+  - When the playbook publishes a variant comparison with C(ansible.builtin.set_stats) as
+    C(inferops_compare) (a dict of host to verdict, each from the C(inferops.serving.compare_variants)
+    filter, as C(playbooks/compare.yml) does), the run file also gets C(comparisons) and
+    C(failed_variants) (the rows of every host) and C(compare) (per host the reference, winner,
+    objective and verdict lines), the report a Comparison section, and a chart
+    C(<timestamp>-<playbook>-compare.png) of each variant's output throughput against concurrency and
+    TPOT p50 against output throughput, medians over the repeats with their 95% intervals.
   - Prints a compact summary table and one line beginning C(REGRESSION:) for every drop of output
     throughput or rise of TPOT p50 beyond O(regression_threshold) against the previous run of the
     same host, variant and concurrency. A first run, with no history, flags nothing.
@@ -125,13 +133,23 @@ class CallbackModule(CallbackBase):
         base = os.path.dirname(os.path.abspath(self.playbook)) if self.playbook else os.getcwd()
         return os.path.join(base, "results")
 
+    def _comparison(self, stats):
+        """The variant comparison the playbook published with set_stats, [(host, verdict)]."""
+        try:
+            return _bench_facts.compare_verdicts(getattr(stats, "custom", None), self.collector.order)
+        except Exception as exc:  # as _add
+            self._display.warning("bench_facts: could not read the %s stats: %s" % (_bench_facts.COMPARE_STAT, exc))
+            return []
+
     def v2_playbook_on_stats(self, stats):
-        if self.collector.is_empty():
+        compare = self._comparison(stats)
+        if self.collector.is_empty() and not compare:
             return
         try:
             threshold = float(self.get_option("regression_threshold"))
             results_dir = self._results_dir()
-            self.outcome = _bench_facts.finish(self.collector, results_dir, self.playbook, ANSIBLE_VERSION, threshold)
+            self.outcome = _bench_facts.finish(self.collector, results_dir, self.playbook, ANSIBLE_VERSION, threshold,
+                                               compare=compare)
         except Exception as exc:  # never fail or lose the play over our bookkeeping
             self._display.warning("bench_facts: results not recorded: %s" % exc)
             return
@@ -144,7 +162,7 @@ class CallbackModule(CallbackBase):
             self._display.display(note)
         if self.outcome.paths:
             self._display.display("bench_facts: wrote %s" % ", ".join(
-                self.outcome.paths[k] for k in ("run", "history", "report", "chart") if k in self.outcome.paths))
+                self.outcome.paths[k] for k in ("run", "history", "report", "chart", "compare_chart") if k in self.outcome.paths))
         if self.outcome.regressions and self.get_option("fail_on_regression"):
             summary = stats.summarize
             already_failed = any(summary(h).get("failures") or summary(h).get("unreachable") for h in stats.processed)

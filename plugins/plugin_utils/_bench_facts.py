@@ -21,6 +21,8 @@ ASYNC_STATUS = "async_status"
 
 DEFAULT_VARIANT = "default"
 HISTORY_FILE = "history.jsonl"
+# the set_stats key under which playbooks/compare.yml publishes {host: compare_variants verdict}
+COMPARE_STAT = "inferops_compare"
 
 # percentiles copied from a level's distributions into each history line
 _DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps_per_request", "e2e_tps_per_request")
@@ -186,8 +188,23 @@ def _p50(level, key):
     return _num(dist)
 
 
+def repeat_index(value):
+    """The 0-based repeat index of a benchmark's labels: an int, a string of digits read as one, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 def history_records(collector, now, rid):
-    """One flat record per host x variant x concurrency of this run (the history.jsonl lines)."""
+    """One flat record per host x variant x concurrency of each benchmark (the history.jsonl lines).
+
+    A benchmark is one throughput_bench result, so each repeat of a comparison gives its own lines;
+    ``repeat`` is its index from the labels (None without one), the other labels stay under ``labels``.
+    """
     records = []
     stamp = now.isoformat().replace("+00:00", "Z")
     for host in collector.order:
@@ -195,7 +212,8 @@ def history_records(collector, now, rid):
             variant, fingerprint = collector.identity(host, bench)
             for level in bench["levels"]:
                 rec = {"time": stamp, "run": rid, "host": host, "variant": variant,
-                       "fingerprint": fingerprint, "concurrency": level.get("concurrency")}
+                       "fingerprint": fingerprint, "concurrency": level.get("concurrency"),
+                       "repeat": repeat_index(bench["labels"].get("repeat"))}
                 for key in _SCALARS:
                     rec[key] = level.get(key)
                 for key in _DISTRIBUTIONS:
@@ -374,8 +392,206 @@ def _md_escape(text):
     return str(text).replace("|", "\\|")
 
 
-def render_report(run, records, previous, regressions, threshold_pct, chart=None):
-    """The Markdown report of one run: a table per host, speed-ups, regressions, GPU checks."""
+# ---- variant comparisons: playbooks/compare.yml publishes compare_variants verdicts with set_stats ----
+
+def _is_verdict(value):
+    return isinstance(value, dict) and any(k in value for k in ("comparisons", "summaries", "lines"))
+
+
+def compare_verdicts(custom, order=()):
+    """[(host, verdict)] published as the COMPARE_STAT custom stat, the hosts of ``order`` first.
+
+    ``custom`` is the playbook's custom stats (``AggregateStats.custom``): {"_run": {stat: value}}
+    for ``set_stats`` with ``per_host: false`` (``aggregate: true`` merges the {host: verdict} dict of
+    each host into one), {host: {stat: value}} with ``per_host: true``; both are read. A value that is
+    not a compare_variants verdict is skipped.
+    """
+    if not isinstance(custom, dict):
+        return []
+    found = {}
+    scopes = [custom.get("_run")] + [custom[key] for key in custom if key != "_run"]
+    for scope in scopes:
+        published = scope.get(COMPARE_STAT) if isinstance(scope, dict) else None
+        if not isinstance(published, dict):
+            continue
+        for host, verdict in published.items():
+            if _is_verdict(verdict):
+                found[str(host)] = verdict
+    order = [str(h) for h in order or ()]
+    hosts = [h for h in order if h in found] + [h for h in found if h not in order]
+    return [(host, found[host]) for host in hosts]
+
+
+def _rows(value, host):
+    return [dict(row, host=row.get("host") or host) for row in value or [] if isinstance(row, dict)]
+
+
+def compare_document(verdicts):
+    """The run file's comparison keys from [(host, verdict)]: every host's rows, flat, and each verdict in short.
+
+    ``comparisons``: each verdict's comparisons rows (host, baseline, variant, concurrency, metric,
+    ratio, ci_low, ci_high, repeats, significant, improved, medians); ``failed_variants``: (host,
+    variant, reason[, log_tail]); ``compare``: {host: {reference, winner, objective, lines}}.
+    """
+    comparisons, failed, short = [], [], {}
+    for host, verdict in verdicts:
+        comparisons.extend(_rows(verdict.get("comparisons"), host))
+        failed.extend(_rows(verdict.get("failed_variants"), host))
+        short[host] = {"reference": verdict.get("reference"), "winner": verdict.get("winner"),
+                       "objective": verdict.get("objective"), "lines": list(verdict.get("lines") or [])}
+    return {"comparisons": comparisons, "failed_variants": failed, "compare": short}
+
+
+def comparison_section(verdicts, chart=None):
+    """The report's Comparison section: per host the verdict lines and the variants side by side."""
+    if not verdicts:
+        return []
+    # imported here: _compare imports this module
+    from ansible_collections.inferops.serving.plugins.plugin_utils import _compare
+    out = ["## Comparison", ""]
+    for host, verdict in verdicts:
+        out.append("### %s" % _md_escape(host))
+        out.append("")
+        lines = list(verdict.get("lines") or [])
+        out.extend("- %s" % line for line in lines)
+        if lines:
+            out.append("")
+        try:
+            table = _compare.markdown_table(verdict).splitlines()
+        except Exception as exc:  # a malformed verdict must not cost the report
+            table = ["(no table for this verdict: %s)" % exc]
+        if table and table[0].startswith("## "):  # markdown_table heads each host itself: the heading is above
+            table = table[1:]
+        while table and not table[0].strip():
+            table = table[1:]
+        while table and not table[-1].strip():
+            table = table[:-1]
+        out.extend(table)
+        out.append("")
+    if chart:
+        out.append("![output throughput against concurrency and TPOT against output throughput, per variant](%s)"
+                   % chart)
+        out.append("")
+    return out
+
+
+def _conc_value(conc):
+    """A concurrency key as a number (a key that went through JSON is a string), else None."""
+    if isinstance(conc, bool):
+        return None
+    if isinstance(conc, (int, float)):
+        return conc
+    try:
+        text = str(conc).strip()
+        return float(text) if "." in text else int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _interval_cell(cells, key):
+    """(median, ci_low, ci_high) of a summary cell, the interval collapsed onto the median where missing."""
+    cell = cells.get(key) if isinstance(cells, dict) else None
+    if not isinstance(cell, dict):
+        return None
+    median = _num(cell.get("median"))
+    if median is None:
+        return None
+    low, high = _num(cell.get("ci_low")), _num(cell.get("ci_high"))
+    return (median, median if low is None else min(low, median), median if high is None else max(high, median))
+
+
+def compare_series(verdicts):
+    """[(label, points)]: one series per host x measured variant, points sorted by concurrency.
+
+    A point is {"concurrency", "output_throughput", "tpot_ms"}, each figure (median, ci_low, ci_high)
+    or None when that metric is missing. The label is the variant, host/variant over several hosts.
+    """
+    several = len(verdicts) > 1
+    series = []
+    for host, verdict in verdicts:
+        summaries = verdict.get("summaries")
+        if not isinstance(summaries, dict):
+            continue
+        for variant, summary in summaries.items():
+            if not isinstance(summary, dict):
+                continue
+            points = []
+            for conc, cells in summary.items():
+                value = _conc_value(conc)
+                if value is None:
+                    continue
+                points.append({"concurrency": value, "output_throughput": _interval_cell(cells, "output_throughput"),
+                               "tpot_ms": _interval_cell(cells, "tpot_ms")})
+            if points:
+                points.sort(key=lambda p: p["concurrency"])
+                series.append(("%s/%s" % (host, variant) if several else str(variant), points))
+    return series
+
+
+def _errors(cells):
+    return [[c[0] - c[1] for c in cells], [c[2] - c[0] for c in cells]]
+
+
+def render_compare_chart(path, verdicts):
+    """Write a PNG of a comparison: output throughput against concurrency with its interval, and TPOT
+    p50 against output throughput (the trade-off), one line per variant (median over the repeats, bars
+    the 95 % bootstrap intervals). Returns None when written, else the reason it was skipped.
+    """
+    series = compare_series(verdicts)
+    if not any(p["output_throughput"] for _label, points in series for p in points):
+        return "no compared output throughput to plot"
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError:
+        return "matplotlib is not installed on the controller"
+    fig, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    try:
+        concs = set()
+        for label, points in series:
+            tput = [p for p in points if p["output_throughput"]]
+            if tput:
+                cells = [p["output_throughput"] for p in tput]
+                xs = [p["concurrency"] for p in tput]
+                concs.update(xs)
+                left.errorbar(xs, [c[0] for c in cells], yerr=_errors(cells), marker="o", capsize=3, label=label)
+            both = [p for p in points if p["output_throughput"] and p["tpot_ms"]]
+            if both:
+                xcells, ycells = [p["output_throughput"] for p in both], [p["tpot_ms"] for p in both]
+                right.errorbar([c[0] for c in xcells], [c[0] for c in ycells], xerr=_errors(xcells),
+                               yerr=_errors(ycells), marker="o", capsize=3, label=label)
+                for point, xcell, ycell in zip(both, xcells, ycells):
+                    right.annotate("c=%s" % point["concurrency"], (xcell[0], ycell[0]), textcoords="offset points",
+                                   xytext=(4, 4), fontsize=7)
+        concs = sorted(concs)
+        if len(concs) > 1 and concs[0] > 0 and concs[-1] / float(concs[0]) >= 8:
+            left.set_xscale("log", base=2)
+        left.set_xticks(concs)
+        left.set_xticklabels([str(c) for c in concs])
+        for axis, title, xlabel, ylabel in (
+                (left, "Output throughput (median, 95 % interval)", "concurrency", "output tok/s (aggregate)"),
+                (right, "TPOT against output throughput", "output tok/s (aggregate)", "TPOT p50 ms")):
+            axis.set_xlabel(xlabel)
+            axis.set_ylabel(ylabel)
+            axis.set_title(title)
+            axis.set_ylim(bottom=0)
+            axis.grid(True, alpha=0.3)
+            if axis.get_legend_handles_labels()[0]:
+                axis.legend()
+        right.set_xlim(left=0)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    finally:
+        pyplot.close(fig)
+    return None
+
+
+def render_report(run, records, previous, regressions, threshold_pct, chart=None, compare=None, compare_chart=None):
+    """The Markdown report of one run: regressions, the comparison, a table per host, speed-ups, GPU checks.
+
+    ``compare`` is [(host, verdict)] (compare_verdicts), ``compare_chart`` the comparison chart's file name.
+    """
     out = ["# Benchmark run %s" % run["run"], ""]
     out.append("- playbook: `%s`" % run.get("playbook"))
     out.append("- plays: %s" % ", ".join(run.get("plays") or []) if run.get("plays") else "- plays: -")
@@ -388,6 +604,7 @@ def render_report(run, records, previous, regressions, threshold_pct, chart=None
         out.append("")
         out.extend("- %s" % line for line in regression_lines(regressions))
         out.append("")
+    out.extend(comparison_section(compare or [], compare_chart))
     hosts = _by_host(records)
     for host, info in run["hosts"].items():
         out.append("## %s" % host)
@@ -517,8 +734,12 @@ def collection_version():
         return None
 
 
-def run_document(collector, rid, now, playbook, ansible_version, threshold_pct, regressions):
-    """The run file: play, hosts, variants, fingerprints, GPU checks, every level, versions."""
+def run_document(collector, rid, now, playbook, ansible_version, threshold_pct, regressions, compare=None):
+    """The run file: play, hosts, variants, fingerprints, GPU checks, every level, versions.
+
+    With a comparison (``compare``: [(host, verdict)]) also its ``comparisons``, ``failed_variants``
+    and ``compare`` (compare_document).
+    """
     variants = {}
     hosts = {}
     for host in collector.order:
@@ -531,11 +752,14 @@ def run_document(collector, rid, now, playbook, ansible_version, threshold_pct, 
                 variants[variant].append(fingerprint)
             benches.append(dict(bench, variant=variant, fingerprint=fingerprint))
         hosts[host] = {"gpu_checks": info["gpu_checks"], "servers": info["servers"], "benchmarks": benches}
-    return {"run": rid, "time": now.isoformat().replace("+00:00", "Z"), "playbook": playbook,
-            "plays": list(collector.plays), "hosts": hosts, "variants": sorted(variants),
-            "fingerprints": variants, "ansible_version": ansible_version,
-            "collection_version": collection_version(), "regression_threshold": threshold_pct,
-            "regressions": regressions}
+    doc = {"run": rid, "time": now.isoformat().replace("+00:00", "Z"), "playbook": playbook,
+           "plays": list(collector.plays), "hosts": hosts, "variants": sorted(variants),
+           "fingerprints": variants, "ansible_version": ansible_version,
+           "collection_version": collection_version(), "regression_threshold": threshold_pct,
+           "regressions": regressions}
+    if compare:
+        doc.update(compare_document(compare))
+    return doc
 
 
 class Outcome(object):
@@ -550,12 +774,14 @@ class Outcome(object):
         self.report = None
 
 
-def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now=None):
+def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now=None, compare=None):
     """Build, compare and write everything for one run. Never raises on I/O: problems are warnings.
 
+    ``compare`` is the variant comparison the playbook published, [(host, verdict)] (compare_verdicts).
     Returns an Outcome (summary lines, regressions, written paths, warnings, notes).
     """
     out = Outcome()
+    compare = list(compare or [])
     now = now or datetime.datetime.now(datetime.timezone.utc)
     rid = base = run_id(now, playbook)
     serial = 1
@@ -573,10 +799,11 @@ def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now
         out.warnings.append("bench_facts: cannot read %s (%s): regressions are not checked" % (history_path, exc))
     previous = previous_levels(history)
     out.regressions = find_regressions(out.records, previous, threshold_pct)
-    out.run = run_document(collector, rid, now, playbook, ansible_version, threshold_pct, out.regressions)
+    out.run = run_document(collector, rid, now, playbook, ansible_version, threshold_pct, out.regressions, compare)
     out.summary = summary_lines(out.records, previous, out.regressions)
 
     chart_name = rid + ".png"
+    compare_chart_name = rid + "-compare.png"
     report_path = os.path.join(results_dir, rid + ".md")
     try:
         os.makedirs(results_dir, exist_ok=True)
@@ -598,8 +825,20 @@ def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now
                 out.paths["chart"] = os.path.join(results_dir, chart_name)
             else:
                 out.notes.append("bench_facts: no chart (%s)" % why)
+        if compare:
+            try:
+                why = render_compare_chart(os.path.join(results_dir, compare_chart_name), compare)
+            except OSError:
+                raise
+            except Exception as exc:  # as above
+                why = "plotting failed: %s" % exc
+            if why is None:
+                out.paths["compare_chart"] = os.path.join(results_dir, compare_chart_name)
+            else:
+                out.notes.append("bench_facts: no comparison chart (%s)" % why)
         out.report = render_report(out.run, out.records, previous, out.regressions, threshold_pct,
-                                   chart_name if "chart" in out.paths else None)
+                                   chart_name if "chart" in out.paths else None, compare,
+                                   compare_chart_name if "compare_chart" in out.paths else None)
         with open(report_path, "w", encoding="utf-8") as handle:
             handle.write(out.report + "\n")
         out.paths["report"] = report_path
@@ -607,7 +846,7 @@ def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now
         out.warnings.append("bench_facts: cannot write results to %s (%s); this run's numbers are only in "
                             "this output" % (results_dir, exc))
     if out.report is None:
-        out.report = render_report(out.run, out.records, previous, out.regressions, threshold_pct)
+        out.report = render_report(out.run, out.records, previous, out.regressions, threshold_pct, compare=compare)
     return out
 
 

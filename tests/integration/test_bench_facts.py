@@ -27,7 +27,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPPORT = os.path.join(ROOT, "tests", "support")
 sys.path.insert(0, SUPPORT)
-from bench_shapes import bench_result  # noqa: E402
+from bench_shapes import bench_result, level  # noqa: E402
 
 CALLBACKS = "record,inferops.serving.bench_facts"
 
@@ -261,3 +261,72 @@ def test_bench_summary_filter_feeds_set_stats(run_playbook, tmp_path):
     rows = run.result(task="Show it")["msg"]
     assert [r["concurrency"] for r in rows] == [1, 4] and rows[0]["variant"] == "baseline"
     assert "CUSTOM STATS" in run.stdout and "inferops_bench" in run.stdout
+
+
+# ---- a variant comparison published with set_stats (playbooks/compare.yml) -------------------
+
+COMPARE_PLAY = """
+- name: Compare variants
+  hosts: serving
+  gather_facts: false
+  tasks:
+    - name: Measure each repeat
+      inferops.serving.throughput_bench: "{{ bench_args | combine({'labels': bench_args.labels | combine({'repeat': item})}) }}"
+      loop: [0, 1]
+      register: runs
+    - name: Publish the comparison
+      ansible.builtin.set_stats:
+        data:
+          inferops_compare: "{{ {inventory_hostname: compare_input | inferops.serving.compare_variants(inventory_hostname, order)} }}"
+        per_host: false
+        aggregate: true
+"""
+
+
+def _compare_input():
+    """Synthetic repeats from a timing-exact server: nextn about twice as fast as baseline, broken failed."""
+    def repeats(steps):
+        return [[dict(level(c, step_ms=step, variant=None, fingerprint=None), goodput=None) for c in (1, 4)]
+                for step in steps]
+    return {"baseline": {"repeats": repeats((10.0, 10.2, 9.9))}, "nextn": {"repeats": repeats((5.0, 5.1, 4.9))},
+            "broken": {"failed": "engine exited 1 before ready", "log_tail": ["CUDA out of memory"]}}
+
+
+def test_a_published_comparison_goes_into_the_run_file_report_and_chart(run_playbook, start_standin, tmp_path):
+    results = tmp_path / "results"
+    url = start_standin(step_ms=10.0, ttft_ms=50.0, k=1)
+    args = dict(BENCH_ARGS, url=url, labels={"variant": "standin", "fingerprint": "fp-standin", "compare": "cmp-1"})
+    run = run_playbook(COMPARE_PLAY, extra_vars={"bench_args": args, "compare_input": _compare_input(),
+                                                 "order": ["baseline", "nextn", "broken"]},
+                       env={"ANSIBLE_CALLBACKS_ENABLED": CALLBACKS, "INFEROPS_RESULTS_DIR": str(results)})
+    assert run.rc == 0, run.stdout + run.stderr
+    # each repeat is its own benchmark: its own history lines, with its index
+    history = [json.loads(line) for line in (results / "history.jsonl").read_text().splitlines()]
+    assert [(h["variant"], h["concurrency"], h["repeat"]) for h in history] == [
+        ("standin", 1, 0), ("standin", 4, 0), ("standin", 1, 1), ("standin", 4, 1)]
+    assert all(h["labels"]["compare"] == "cmp-1" for h in history)
+    (run_file,) = glob.glob(str(results / "*-play-*.json"))
+    doc = json.load(open(run_file))
+    verdict = doc["compare"]["localhost"]
+    assert verdict["reference"] == "baseline" and verdict["winner"] == "nextn"
+    assert verdict["objective"] == {"metric": "output_throughput", "concurrency": 4}
+    assert verdict["lines"][0].startswith("compare localhost: nextn vs baseline at c=4: output \u00d71.96 [")
+    assert verdict["lines"][0].endswith(" significant")
+    assert [(f["host"], f["variant"], f["reason"]) for f in doc["failed_variants"]] == [
+        ("localhost", "broken", "engine exited 1 before ready")]
+    rows = dict(((r["concurrency"], r["metric"]), r) for r in doc["comparisons"])
+    assert sorted(set(c for c, _m in rows)) == [1, 4] and len(doc["comparisons"]) == 8  # 2 levels x 4 metrics measured
+    out = rows[(4, "output_throughput")]
+    assert out["host"] == "localhost" and out["baseline"] == "baseline" and out["variant"] == "nextn"
+    assert out["ci_low"] <= out["ratio"] <= out["ci_high"] and out["significant"] is True
+    assert out["repeats"] == {"baseline": 3, "variant": 3}
+    assert rows[(4, "tpot_ms")]["ratio"] == pytest.approx(0.5, rel=0.05)
+    (report,) = glob.glob(str(results / "*-play-*.md"))
+    text = open(report).read()
+    section = text[text.index("## Comparison"):text.index("\n## localhost\n")]
+    assert "### localhost" in section and "- compare localhost: winner nextn (output " in section
+    assert "- compare localhost: broken failed: engine exited 1 before ready" in section
+    assert "| 4 | nextn |" in section and "| reference |" in section
+    if glob.glob(str(results / "*.png")):  # matplotlib on the controller: both charts, the comparison linked
+        (chart,) = glob.glob(str(results / "*-compare.png"))
+        assert open(chart, "rb").read(4) == b"\x89PNG" and "(%s)" % os.path.basename(chart) in section

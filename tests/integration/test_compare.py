@@ -65,3 +65,46 @@ def test_bad_arguments_are_refused_before_anything_runs(switch, fleet):
     said = " ".join(run.stdout.split())
     assert "compare needs -e variants=A,B,... (distinct variants of serving_variants: crash, fast, hang, slow; got fast, nope)" in said
     assert "-e repeats=N (a whole number, 1 or more; got 0)" in said
+
+
+TUNE = os.path.join(ROOT, "playbooks", "tune.yml")
+
+
+def starts(fleet):
+    """Engines started for the instance so far (one line in its log per start)."""
+    log = fleet.log_dir / "sv.log"
+    return log.read_text().count(": starting sv") if log.exists() else 0
+
+
+def test_tune_finds_the_known_best_and_a_second_run_starts_no_engine(switch, fleet, tmp_path):
+    """Candidates of the stand-in's own --step-ms (the engine_args key becomes a flag after its command; the
+    last one wins): step 2 is the fastest. A crashing candidate is reported and not retried."""
+    fleet.add_variants({"tbase": {"command": stand_in(fleet.port, 6)}})
+    results = tmp_path / "results"
+    extra = {"base": "tbase", "tune_grid": {"step_ms": [8, 2], "mode": ["ok"]}, "repeats": 2}
+    env = {"INFEROPS_RESULTS_DIR": str(results), "ANSIBLE_CALLBACKS_ENABLED": "record,inferops.serving.bench_facts"}
+    first = switch(playbook=TUNE, extra=extra, env=env)
+    assert first.rc == 0, first.stdout[-4000:]
+    lines = verdict_of_tune(first)
+    print("\n" + "\n".join(lines))
+    assert lines[-1].startswith("compare localhost: winner tbase+step_ms=2+mode=ok (output ")
+    assert any(line.startswith("compare localhost: tbase+step_ms=2+mode=ok vs tbase at c=4: output \u00d7") and
+               line.endswith(" significant") and "not significant" not in line for line in lines)
+    serving(fleet, "tbase+step_ms=2+mode=ok")
+    entry = (results / "tuned-tbase.yml").read_text()
+    assert "tuned-tbase:\n  extends: tbase\n  engine_args:\n    mode: \"ok\"\n    step_ms: 2\n" in entry, entry
+    started = starts(fleet)
+
+    second = switch(playbook=TUNE, extra=extra, env=env)
+    assert second.rc == 0, second.stdout[-4000:]
+    said = " ".join(second.stdout.split())
+    print(said[said.find("tune localhost:"):][:400])
+    assert "measuring none; from the history: tbase, tbase+step_ms=8+mode=ok, tbase+step_ms=2+mode=ok" in said, said[-3000:]
+    assert starts(fleet) == started  # nothing was started again: every candidate was measured, the winner serves
+    assert verdict_of_tune(second)[-1] == lines[-1]
+
+
+def verdict_of_tune(run):
+    found = [r["result"]["msg"] for r in run.results("debug") if "Say which candidate" in r["task"]]
+    assert found, run.stdout[-3000:]
+    return found[-1]

@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts as bf
+from ansible_collections.inferops.serving.plugins.plugin_utils import _compare as cmp
 
-from bench_shapes import bench_result
+from bench_shapes import bench_result, level
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 LATER = NOW + datetime.timedelta(hours=1)
@@ -309,3 +310,153 @@ def test_stops_and_plans_that_would_start_are_not_servers():
     plan = {"changed": True, "argv": ["y"], "pid": None, "ready_s": None, "fingerprint": "sha256:new", "variant": "b"}
     col = collect(("h", "inference_server", stop), ("h", "inference_server", plan), ("h", "inference_server", SERVER))
     assert [s["fingerprint"] for s in col.hosts["h"]["servers"]] == [SERVER["fingerprint"]]
+
+
+# ---- repeats and variant comparisons (playbooks/compare.yml) --------------------------------
+
+def repeat_result(repeat, variant="base", compare="cmp-1", **kwargs):
+    """A throughput_bench result of one repeat of a comparison: its labels carry repeat and compare."""
+    result = bench_result((1, 4), variant=variant, fingerprint="fp-" + variant, **kwargs)
+    for item in result["results"]:
+        item["labels"].update(repeat=repeat, compare=compare)
+    return result
+
+
+def test_history_gives_each_repeat_its_own_lines_with_its_index():
+    col = collect(("h", "throughput_bench", repeat_result(0)), ("h", "throughput_bench", repeat_result(1)),
+                  ("h", "throughput_bench", bench_result((1,), variant="plain")))
+    recs = bf.history_records(col, NOW, "r")
+    assert [(r["variant"], r["concurrency"], r["repeat"]) for r in recs] == [
+        ("base", 1, 0), ("base", 4, 0), ("base", 1, 1), ("base", 4, 1), ("plain", 1, None)]
+    assert recs[2]["labels"] == {"repeat": 1, "compare": "cmp-1"}  # the labels stay as they were
+    assert "labels" not in recs[4]
+    assert [json.loads(json.dumps(r))["repeat"] for r in recs] == [0, 0, 1, 1, None]
+
+
+@pytest.mark.parametrize("value, index", [(0, 0), (3, 3), ("2", 2), (" 1 ", 1), (None, None), ("x", None),
+                                          (True, None), (1.5, None), ("-1", None)])
+def test_repeat_index_from_a_label(value, index):
+    assert bf.repeat_index(value) == index
+
+
+def _repeats(step_ms_list, concs=(1, 4), ttft_ms=50.0):
+    """A repeat per step: throughput_bench levels without an SLO (goodput null), so the objective is throughput."""
+    return [[dict(level(c, step_ms=step, ttft_ms=ttft_ms), goodput=None) for c in concs] for step in step_ms_list]
+
+
+def verdict(host, faster=True):
+    """A compare_variants verdict: base, nextn (about twice as fast when faster), broken (failed)."""
+    results = {"base": {"repeats": _repeats((10.0, 10.2, 9.9))},
+               "nextn": {"repeats": _repeats((5.0, 5.1, 4.9) if faster else (10.1, 9.8, 10.0))},
+               "broken": {"failed": "engine exited 1 before ready", "log_tail": ["CUDA out of memory"]}}
+    return cmp.compare(host, results, ["base", "nextn", "broken"], resamples=200)
+
+
+def fake_custom(*hosts):
+    """AggregateStats.custom after set_stats(data={inferops_compare: {host: verdict}}, per_host=false,
+    aggregate=true) on each host: the dicts merged under _run, beside another published stat."""
+    return {"_run": {bf.COMPARE_STAT: dict((h, verdict(h, faster=(h == hosts[0]))) for h in hosts),
+                     "inferops_benchmark_results": [{"host": hosts[0]}]}}
+
+
+def test_compare_verdicts_reads_the_published_stat_in_host_order():
+    custom = fake_custom("h1", "h2")
+    assert [h for h, _v in bf.compare_verdicts(custom, ["h2", "h1"])] == ["h2", "h1"]
+    assert [h for h, _v in bf.compare_verdicts(custom)] == ["h1", "h2"]
+    per_host = {"h3": {bf.COMPARE_STAT: {"h3": verdict("h3")}}}
+    assert [h for h, _v in bf.compare_verdicts(per_host, ["h1"])] == ["h3"]
+    assert bf.compare_verdicts({}) == [] and bf.compare_verdicts(None) == []
+    assert bf.compare_verdicts({"_run": {bf.COMPARE_STAT: {"h": "not a verdict", "g": {"x": 1}}}}) == []
+
+
+def test_run_document_gains_the_comparison_of_every_host():
+    col = collect(("h1", "throughput_bench", repeat_result(0)), ("h2", "throughput_bench", repeat_result(0)))
+    verdicts = bf.compare_verdicts(fake_custom("h1", "h2"), col.order)
+    run = bf.run_document(col, "r", NOW, "/p/compare.yml", "2.19.14", 10.0, [], verdicts)
+    assert set(run["compare"]) == {"h1", "h2"}
+    assert run["compare"]["h1"]["reference"] == "base" and run["compare"]["h1"]["winner"] == "nextn"
+    assert run["compare"]["h1"]["objective"] == {"metric": "output_throughput", "concurrency": 4}
+    assert run["compare"]["h1"]["lines"][0].startswith("compare h1: nextn vs base at c=4: output \u00d71.96 [")
+    assert run["compare"]["h2"]["lines"][-1].startswith("compare h2: winner ")
+    rows = [(r["host"], r["variant"], r["concurrency"], r["metric"]) for r in run["comparisons"]]
+    assert rows[0] == ("h1", "nextn", 1, "output_throughput")
+    assert set(r[0] for r in rows) == {"h1", "h2"} and len(rows) == 2 * 2 * 4  # hosts x levels x metrics measured
+    fast = [r for r in run["comparisons"] if r["host"] == "h1" and r["metric"] == "output_throughput"]
+    assert all(r["significant"] and r["ci_low"] <= r["ratio"] <= r["ci_high"] and r["ratio"] > 1.8 for r in fast)
+    assert all(r["repeats"] == {"baseline": 3, "variant": 3} and r["baseline"] == "base" for r in run["comparisons"])
+    same = [r for r in run["comparisons"] if r["host"] == "h2" and r["metric"] == "output_throughput"]
+    assert not any(r["significant"] for r in same)
+    assert [(f["host"], f["variant"], f["reason"]) for f in run["failed_variants"]] == [
+        ("h1", "broken", "engine exited 1 before ready"), ("h2", "broken", "engine exited 1 before ready")]
+    json.loads(json.dumps(run))
+    plain = bf.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
+    assert not set(plain) & {"comparisons", "failed_variants", "compare"}
+
+
+def test_report_has_a_comparison_section_with_the_verdicts_and_the_tables():
+    col = collect(("h1", "throughput_bench", repeat_result(0)))
+    verdicts = bf.compare_verdicts(fake_custom("h1", "h2"), col.order)
+    recs = bf.history_records(col, NOW, "r")
+    run = bf.run_document(col, "r", NOW, "/p/compare.yml", "2.19.14", 10.0, [], verdicts)
+    report = bf.render_report(run, recs, {}, [], 10.0, compare=verdicts, compare_chart="r-compare.png")
+    section = report[report.index("## Comparison"):report.index("\n## h1\n")]
+    assert section.index("### h1") < section.index("### h2")
+    h1 = section[section.index("### h1"):section.index("### h2")]
+    assert "\n- compare h1: nextn vs base at c=4: output \u00d71.96 [" in h1 and "significant\n" in h1
+    assert "- compare h1: broken failed: engine exited 1 before ready" in h1
+    assert "- compare h1: winner nextn (output " in h1
+    assert "| concurrency | variant | output tok/s |" in h1 and "| 4 | nextn |" in h1 and " *" in h1
+    assert "- broken failed: engine exited 1 before ready" in h1  # markdown_table's list of failures
+    assert [line for line in section.splitlines() if line.startswith("#")] == ["## Comparison", "### h1", "### h2"]
+    assert "(r-compare.png)" in section
+    without = bf.render_report(bf.run_document(col, "r", NOW, "b.yml", "2.19", 10.0, []), recs, {}, [], 10.0)
+    assert "Comparison" not in without
+
+
+def test_a_malformed_verdict_costs_only_its_table():
+    lines = bf.comparison_section([("h", {"lines": ["compare h: no winner (every variant failed)"]})])
+    assert lines[:4] == ["## Comparison", "", "### h", ""] and "- compare h: no winner (every variant failed)" in lines
+    assert any(line.startswith("(no table for this verdict") for line in lines)
+
+
+def test_compare_series_reads_the_summaries_and_skips_what_is_missing():
+    one = verdict("h1")
+    series = bf.compare_series([("h1", one)])
+    assert [label for label, _points in series] == ["base", "nextn"]  # the failed variant has no summary
+    base = series[0][1]
+    assert [p["concurrency"] for p in base] == [1, 4]
+    median, low, high = base[1]["output_throughput"]
+    assert low <= median <= high and median == one["summaries"]["base"][4]["output_throughput"]["median"]
+    assert base[0]["tpot_ms"][0] == pytest.approx(10.0)
+    # keys that went through JSON, a missing TPOT, a level that is not a number
+    mangled = {"host": "h2", "summaries": {"v": {"8": {"output_throughput": {"median": 80.0}}, "2": {},
+                                                 "x": {"output_throughput": {"median": 1.0}}}}}
+    (label, points), = bf.compare_series([("h2", mangled)])
+    assert label == "v" and [(p["concurrency"], p["output_throughput"], p["tpot_ms"]) for p in points] == [
+        (2, None, None), (8, (80.0, 80.0, 80.0), None)]
+    labels = [label for label, _points in bf.compare_series([("h1", one), ("h2", mangled)])]
+    assert labels == ["h1/base", "h1/nextn", "h2/v"]
+
+
+def test_compare_chart_is_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = str(tmp_path / "c.png")
+    assert bf.render_compare_chart(path, bf.compare_verdicts(fake_custom("h1", "h2"))) is None
+    with open(path, "rb") as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert bf.render_compare_chart(str(tmp_path / "none.png"), [("h", {"summaries": {}})]) == \
+        "no compared output throughput to plot"
+    assert not os.path.exists(str(tmp_path / "none.png"))
+
+
+def test_finish_with_a_comparison_writes_it_even_without_benchmarks(tmp_path):
+    pytest.importorskip("matplotlib")
+    verdicts = bf.compare_verdicts(fake_custom("h1"))
+    out = bf.finish(bf.RunCollector(), str(tmp_path), "/x/compare.yml", "2.19", 10, NOW, compare=verdicts)
+    assert sorted(out.paths) == ["compare_chart", "report", "run"] and out.warnings == []
+    assert os.path.basename(out.paths["compare_chart"]) == "20260102T030405Z-compare-compare.png"
+    with open(out.paths["run"]) as handle:
+        doc = json.load(handle)
+    assert doc["compare"]["h1"]["winner"] == "nextn" and doc["failed_variants"][0]["log_tail"] == ["CUDA out of memory"]
+    assert doc["comparisons"][0]["concurrency"] == 1
+    assert "## Comparison" in out.report and "20260102T030405Z-compare-compare.png" in out.report
