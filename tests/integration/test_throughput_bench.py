@@ -244,8 +244,8 @@ def test_the_engine_is_identified_and_its_own_acceptance_length_is_read(run_play
     assert counted["spec_decode"]["source"].startswith("sglang /metrics counter deltas"), counted["spec_decode"]
     for task in ("sglang", "sglang native", "sglang chat", "sglang counters", "vllm"):
         for level in run.result(task=task)["results"]:
-            print("\nACCEPTANCE %s c=%d: %s from %s" % (task, level["concurrency"], level["acceptance_length"],
-                                                       level["spec_decode"]["source"]))
+            source = level["spec_decode"]["source"]
+            print("\nACCEPTANCE %s c=%d: %s from %s" % (task, level["concurrency"], level["acceptance_length"], source))
     res = run.result(task="vllm")
     assert res["engine"] == "vllm"
     for level in res["results"]:
