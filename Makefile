@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units conformance engine-envs integration compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
+.PHONY: help setup test lint sanity units conformance engine-envs integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -94,6 +94,9 @@ demo-stop: setup ## stop the demo server and verify the GPUs
 compare: setup ## the demo's baseline against batched on the real transformers engine, repeats 3, the verdict printed
 	python tools/build_tiny_model.py --out build/tiny-model
 	ansible-playbook playbooks/compare.yml -i inventories/local -e variants=baseline,batched -e repeats=3
+
+bench-compare: setup ## benchmarks/compare_overhead.py: what compare.yml costs per candidate beyond engine start and benchmark
+	python benchmarks/compare_overhead.py
 
 bench-switch: setup ## benchmarks/switch_overhead.py: what a switch and a no-op re-run cost beyond the engine
 	python benchmarks/switch_overhead.py
