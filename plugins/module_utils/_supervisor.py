@@ -299,21 +299,26 @@ class ProcessSupervisor(Base):
         record = record or {}
         deadline = time.monotonic() + wait
         while True:
-            end = self.exits.load() or {}
-            if end.get("pid") == record.get("pid") and end.get("starttime") == record.get("starttime"):
+            end = self._recorded_end(record)
+            if end:
                 return end
             watchdog = record.get("watchdog")
             if not watchdog:
                 return {"unknown": "no watchdog recorded its exit: an earlier version of inferops.serving started it"}
             if not _procs.alive(watchdog, self.root, record.get("watchdog_starttime")):
-                end = self.exits.load() or {}  # it may have written it just before it exited
-                if end.get("pid") == record.get("pid") and end.get("starttime") == record.get("starttime"):
-                    return end
-                return {"unknown": "its watchdog (pid %d) ended before it, so nobody recorded its exit status"
-                                   % watchdog}
+                # it may have written the record just before it exited
+                return self._recorded_end(record) or {
+                    "unknown": "its watchdog (pid %d) ended before it, so nobody recorded its exit status" % watchdog}
             if time.monotonic() >= deadline:
                 return {"unknown": "its watchdog (pid %d) has not recorded its exit yet" % watchdog}
             time.sleep(0.02)
+
+    def _recorded_end(self, record):
+        """The exit file's record when it is this engine's (pid and start time match), else None."""
+        end = self.exits.load() or {}
+        if end.get("pid") == record.get("pid") and end.get("starttime") == record.get("starttime"):
+            return end
+        return None
 
     def stop(self, record, timeout, grace=None):
         """SIGTERM to the main process; after grace, SIGTERM to the rest of its group and the marker
