@@ -109,6 +109,7 @@ class Adapter(object):
     aliases = {}  # engine_args spellings that mean a core flag (normalised -> core flag)
     spellings = {}  # engine_args keys the engine spells otherwise (normalised -> the engine's flag)
     negatable = False  # false gives --no-FLAG (the engine's booleans default to None, not False)
+    hidden_negations = False  # its --help lists --FLAG but not the --no-FLAG its parser also takes
     health_timeout = 10.0  # seconds a healthy, busy server may take to answer /health
     stop_grace = 10.0  # seconds its main process gets, after SIGTERM, to end its own workers
     abbrev = False  # the engine's parser takes a unique prefix of a long option (argparse's allow_abbrev)
@@ -260,6 +261,7 @@ class VLLM(Adapter):
     # BooleanOptionalAction defaulting to None, so turning one off takes --no-FLAG
     spellings = {"tp-size": "--tensor-parallel-size"}
     negatable = True
+    hidden_negations = True
     # SIGTERM: the API server ends its engine cores, which install SIGTERM handlers of their own (vllm 0.34.0
     # vllm/v1/engine/core.py); in-flight requests get --shutdown-timeout more (0 by default: aborted)
     stop_grace = 15.0
@@ -305,6 +307,10 @@ class Transformers(Adapter):
     distribution = "transformers"
     default_executable = "transformers"
     help_args = ("serve", "--help")  # transformers 5.24 cli/serve.py is typer (click): no abbreviations
+    # typer gives every bool option a --no-FLAG twin, and some default to None, which is not False:
+    # cb_use_cuda_graph (transformers 5.24 cli/serve.py, `bool | None = None`) leaves the choice to
+    # ContinuousBatchingConfig. So false must be said as --no-FLAG, never by leaving the flag out.
+    negatable = True
     api_key_flag = None
     served_name_flag = None
 

@@ -184,7 +184,7 @@ def flag_problems(adapter, params, launch, version, run, create=True):
     accepted = set(accepted)
     problems = []
     for flag, dummy in launch.flags:
-        verdict = judge_flag(flag, accepted, adapter.abbrev, adapter.negatable, adapter.spelling(flag))
+        verdict = judge_flag(flag, accepted, adapter.abbrev, adapter.hidden_negations, adapter.spelling(flag))
         if verdict:
             problems.append("engine %s %s does not accept %s: it %s (set flag_check: false in the variant if "
                             "its --help is incomplete)" % (adapter.name, version or "(version unknown)", flag, verdict))

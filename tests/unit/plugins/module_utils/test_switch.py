@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import time
 import types
 
 import pytest
+
+from run_command import run_command
 
 from ansible_collections.inferops.serving.plugins.module_utils import (
     _engines, _idle_check, _lock, _preflight, _procs, _supervisor, _switch)
@@ -374,3 +377,23 @@ def test_vllm_negations_are_taken_though_its_help_hides_them():
     assert _preflight.judge_flag("--no-enable-prefix-caching", accepted, True, negatable=False) is not None
     assert _preflight.judge_flag("--no-such-thing", accepted, True, negatable=True).startswith("is not among")
     assert _preflight.judge_flag("--tp-size", accepted, True, negatable=True).startswith("is not among")
+
+
+def test_transformers_false_is_said_and_its_own_help_accepts_it(tmp_path):
+    # transformers 5.24 cli/serve.py: cb_use_cuda_graph is `bool | None = None` (None leaves the choice to
+    # ContinuousBatchingConfig), so false must reach the engine as --no-cb-use-cuda-graph, and typer's
+    # --help lists that form itself: no --no- form of a non-boolean may pass
+    transformers = shutil.which("transformers", path=os.path.dirname(sys.executable))
+    if transformers is None:
+        pytest.skip("transformers is not installed beside this Python")
+    params = dict(name="t", engine="transformers", model=str(tmp_path), host="127.0.0.1", port=8000,
+                  api_key=None, served_model_name=None, executable=transformers, env={},
+                  engine_args={"continuous_batching": True, "cb_use_cuda_graph": False, "no_device": True},
+                  state_dir=str(tmp_path))
+    adapter = _engines.adapter("transformers")
+    launch = adapter.build(params)
+    assert "--no-cb-use-cuda-graph" in launch.argv and "--cb-use-cuda-graph" not in launch.argv
+    problems, how = _preflight.flag_problems(adapter, params, launch, None, run_command)
+    assert how["checked"], how
+    assert [p.split(": it ")[0] for p in problems] == ["engine transformers (version unknown) does not accept "
+                                                      "--no-device"]
