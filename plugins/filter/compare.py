@@ -10,9 +10,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.inferops.serving.plugins.plugin_utils import _compare
 
 
-def compare_variants(results, host, order, objective_metric=None):
+def compare_variants(results, host, order, objective_metric=None, slo_attainment=None):
     try:
-        return _compare.compare(host, results, order, objective_metric)
+        return _compare.compare(host, results, order, objective_metric, slo_attainment=slo_attainment)
     except _compare.CompareError as exc:
         raise AnsibleFilterError("compare_variants: %s" % exc)
 

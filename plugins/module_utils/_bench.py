@@ -128,7 +128,7 @@ class Bench(object):
             return None
         return _metrics.parse_prometheus(text)
 
-    async def level(self, concurrency, requests, warmup):
+    async def level(self, concurrency, requests, warmup, repeat=None):
         conns = [_stream.Connection(self.target, self.api_key, clock=self.clock) for dummy in range(concurrency)]
         try:
             # connect and warm up every worker; all measured requests start after this barrier
@@ -153,8 +153,8 @@ class Bench(object):
         finally:
             for c in conns:
                 c.close()
-        result = _metrics.aggregate(records, concurrency, self.output_tokens, self.ignore_eos,
-                                    self.slo, self.labels)
+        labels = self.labels if repeat is None else dict(self.labels, repeat=repeat)
+        result = _metrics.aggregate(records, concurrency, self.output_tokens, self.ignore_eos, self.slo, labels)
         result["requests_per_level"] = requests
         result["warmup_per_worker"] = warmup
         result["connections_opened"] = sum(c.opened for c in conns)
@@ -180,10 +180,11 @@ class Bench(object):
             records.append(await conn.post(self.path, bodies.pop(), self.timeout))
 
     async def run(self, levels):
-        """levels: [(concurrency, requests, warmup)] -> (results, client)."""
+        """levels: [(concurrency, requests, warmup[, repeat])] -> (results, client). repeat: the index that
+        labels the level's result as one repeat of a sweep (None: no repeat label)."""
         results = []
-        for concurrency, requests, warmup in levels:
-            results.append(await self.level(concurrency, requests, warmup))
+        for level in levels:
+            results.append(await self.level(*level))
         return results, self.client_info(results)
 
     def client_info(self, results):

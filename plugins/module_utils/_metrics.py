@@ -139,6 +139,8 @@ def aggregate(records, concurrency, output_tokens=None, ignore_eos=False, slo=No
         "goodput": rate(good) if slo else None,
         "slo": dict(slo) if slo else None,
         "slo_met": good,
+        # the share of the level's requests that met every target (a failed request is a miss)
+        "slo_attainment": round(float(good) / len(records), 4) if slo and records else None,
         "ttft_ms": distribution([t["ttft"] for t in timings], 1000.0),
         "tpot_ms": distribution([t["tpot"] for t in timings], 1000.0),
         "e2e_ms": distribution([t["e2e"] for t in timings], 1000.0),

@@ -127,6 +127,16 @@ options:
     description: Copied into every level's result (variant, configuration fingerprint, anything).
     type: dict
     default: {}
+  repeats:
+    description:
+      - Run the whole sweep (every level of O(concurrency), in order) this many times, back to back, in this
+        one call. RV(results) then holds each level once per repeat, repeat by repeat; with 2 or more, each
+        one's C(labels.repeat) is its 0-based repeat index (replacing any O(labels) C(repeat)).
+      - One call for all the repeats of a comparison spares a module start and an C(async_status) wait per
+        repeat (the M(inferops.serving.serve_variant) role's C(compare) and C(tune) entry points use it).
+    type: int
+    default: 1
+    version_added: 0.3.0
 notes:
   - Run the benchmark client on a host with spare CPU. RV(client.loop_lag_ms) shows how late its own
     event loop ran (it includes up to 1 ms of timer granularity); RV(client.saturated) is true when the
@@ -160,6 +170,13 @@ EXAMPLES = r"""
     requests_per_level: 256
     slo: {ttft_ms: 2000, tpot_ms: 50}
     metrics_url: http://gpu-host-1:8000/metrics
+
+- name: The same sweep five times in one call, for a median and its spread
+  inferops.serving.throughput_bench:
+    url: http://127.0.0.1:30000
+    concurrency: [1, 32]
+    repeats: 5
+  register: bench5  # bench5.results | groupby('labels.repeat') gives the repeats
 """
 
 RETURN = r"""
@@ -190,8 +207,9 @@ api:
   sample: completions
 results:
   description:
-    - One dict per concurrency level, in order. Distributions are dicts with C(mean), C(p50), C(p90),
-      C(p99), C(min), C(max) and C(count).
+    - One dict per concurrency level, in order (with O(repeats), each level once per repeat, repeat by repeat;
+      C(labels.repeat) says which). Distributions are dicts with C(mean), C(p50), C(p90), C(p99), C(min),
+      C(max) and C(count).
   returned: success
   type: list
   elements: dict
@@ -240,6 +258,13 @@ results:
       description: Requests meeting every O(slo) target per second over the window; null without O(slo).
       type: float
       sample: 8.1
+    slo_attainment:
+      description:
+        - The share of the level's requests that met every O(slo) target, from 0 to 1 (a failed request is a
+          miss); null without O(slo).
+      type: float
+      sample: 0.94
+      version_added: 0.3.0
     ttft_ms:
       description: Time to first generated text, ms.
       type: dict
@@ -298,7 +323,7 @@ results:
       type: dict
       sample: {mean: 0.5, p50: 0.4, p90: 0.9, p99: 1.4, min: 0.1, max: 2.0, count: 1500}
     labels:
-      description: O(labels), as given.
+      description: O(labels), as given, with C(repeat) (the 0-based repeat index) when O(repeats) is 2 or more.
       type: dict
       sample: {variant: baseline, fingerprint: 3f9a}
 client:
@@ -356,6 +381,7 @@ def main():
             metrics_url=dict(type="str"),
             labels=dict(type="dict", default={}),
             engine=dict(type="str", default="auto", choices=list(_bench.ENGINES)),
+            repeats=dict(type="int", default=1),
         ),
         supports_check_mode=True,
     )
@@ -364,7 +390,8 @@ def main():
         module.fail_json(msg="concurrency: give at least one level, for example [1, 32]")
     if any(c < 1 for c in p["concurrency"]):
         module.fail_json(msg="concurrency: every level must be 1 or more, got %s" % p["concurrency"])
-    for key, low in (("input_tokens", 1), ("output_tokens", 1), ("warmup", 0), ("requests_per_level", 1)):
+    for key, low in (("input_tokens", 1), ("output_tokens", 1), ("warmup", 0), ("requests_per_level", 1),
+                     ("repeats", 1)):
         if p[key] is not None and p[key] < low:
             module.fail_json(msg="%s must be %d or more, got %d" % (key, low, p[key]))
     if p["timeout"] <= 0:
@@ -399,8 +426,10 @@ def main():
         metrics_url = target.full("/metrics")  # where both serve their counters (SGLang with --enable-metrics)
 
     levels = []
-    for c in p["concurrency"]:
-        levels.append((c, p["requests_per_level"] or max(4, 2 * c), p["warmup"]))
+    for repeat in range(p["repeats"]):
+        for c in p["concurrency"]:
+            levels.append((c, p["requests_per_level"] or max(4, 2 * c), p["warmup"],
+                           repeat if p["repeats"] > 1 else None))
     bench = _bench.Bench(target, model, api=p["api"], input_tokens=p["input_tokens"],
                          output_tokens=p["output_tokens"], ignore_eos=p["ignore_eos"], api_key=p["api_key"],
                          timeout=p["timeout"], slo=slo, labels=p["labels"], metrics_url=metrics_url, engine=engine)
@@ -417,6 +446,9 @@ def main():
             msg += " (this server rejects ignore_eos/min_tokens: set ignore_eos to false)"
         module.fail_json(msg=msg, **out)
     out["msg"] = "; ".join(_summary(r) for r in results)
+    if p["repeats"] > 1:
+        out["msg"] = "%d repeats; %s" % (p["repeats"], "; ".join("repeat %d %s" % (r["labels"]["repeat"] + 1, _summary(r))
+                                                                for r in results))
     if any(r["failed"] for r in results):
         out["msg"] += " (FAILED requests: %s)" % ", ".join("c=%d %s" % (r["concurrency"], r["errors"])
                                                            for r in results if r["failed"])

@@ -27,7 +27,8 @@ COMPARE_STAT = "inferops_compare"
 # percentiles copied from a level's distributions into each history line
 _DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps_per_request", "e2e_tps_per_request")
 _SCALARS = ("completed", "failed", "duration_s", "output_throughput", "input_throughput",
-            "request_throughput", "goodput", "tokens_per_chunk", "token_source", "acceptance_length")
+            "request_throughput", "goodput", "slo_attainment", "tokens_per_chunk", "token_source",
+            "acceptance_length")
 
 # What a regression is judged on, one row per metric of a history record:
 # (key, label, unit, digits printed, which way is better: "higher" or "lower").
@@ -92,6 +93,20 @@ def loop_items(result):
     return None
 
 
+def split_repeats(levels):
+    """The levels of one throughput_bench result as one list per repeat (their labels.repeat, in the order
+    met); a result without repeat labels is one list."""
+    groups, order = {}, []
+    for level in levels:
+        labels = level.get("labels") if isinstance(level.get("labels"), dict) else {}
+        key = repeat_index(labels.get("repeat"))
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(level)
+    return [groups[key] for key in order]
+
+
 def _pick(result, keys):
     return dict((k, result[k]) for k in keys if k in result)
 
@@ -136,13 +151,14 @@ class RunCollector(object):
             server.update(task=task, status=status)
             entry["servers"].append(server)
         else:
-            levels = bench_levels(result)
-            labels = {}
-            for level in levels:
-                if isinstance(level.get("labels"), dict):
-                    labels.update(level["labels"])
-            entry["benchmarks"].append({"task": task, "status": status, "labels": labels,
-                                        "client": result.get("client") or {}, "levels": levels})
+            # one benchmark per repeat: a throughput_bench call with repeats returns every repeat's levels
+            for levels in split_repeats(bench_levels(result)):
+                labels = {}
+                for level in levels:
+                    if isinstance(level.get("labels"), dict):
+                        labels.update(level["labels"])
+                entry["benchmarks"].append({"task": task, "status": status, "labels": labels,
+                                            "client": result.get("client") or {}, "levels": levels})
         return kind
 
     @staticmethod

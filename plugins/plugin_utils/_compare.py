@@ -35,11 +35,12 @@ METRICS = (
     ("decode_tps_per_request", "decode", "decode tok/s per request p50", "tok/s", 1, "higher",
      ("decode_tps_per_request", "p50")),
     ("goodput", "goodput", "goodput", "req/s", 2, "higher", ("goodput",)),
+    ("slo_attainment", "SLO met", "SLO attainment", "", 2, "higher", ("slo_attainment",)),
     ("acceptance_length", "acceptance", "acceptance length", "", 2, "higher", ("acceptance_length",)),
 )
 METRIC_KEYS = tuple(row[0] for row in METRICS)
 _BY_KEY = dict((row[0], row) for row in METRICS)
-THROUGHPUT, GOODPUT = "output_throughput", "goodput"
+THROUGHPUT, GOODPUT, ATTAINMENT = "output_throughput", "goodput", "slo_attainment"
 
 
 class CompareError(ValueError):
@@ -222,7 +223,7 @@ def _with_unit(value, digits, unit):
     return "%s %s" % (_fmt(value, digits), unit) if unit else _fmt(value, digits)
 
 
-def _check(host, results, order, objective_metric):
+def _check(host, results, order, objective_metric, slo_attainment=None):
     if not isinstance(results, dict):
         raise CompareError("results must be a dict {variant: {repeats: [[levels...], ...]} or {failed: reason}}, got %s"
                            % type(results).__name__)
@@ -249,6 +250,9 @@ def _check(host, results, order, objective_metric):
                                "levels), got %r" % (variant, host, entry["repeats"]))
     if objective_metric is not None and objective_metric not in _BY_KEY:
         raise CompareError("objective_metric %r is not one of %s" % (objective_metric, ", ".join(METRIC_KEYS)))
+    if slo_attainment is not None and (_num(slo_attainment) is None or not 0.0 < float(slo_attainment) <= 1.0):
+        raise CompareError("slo_attainment must be a share of requests above 0 and at most 1 (0.9: nine requests "
+                           "in ten meet every SLO target), got %r" % (slo_attainment,))
 
 
 def _objective_concurrency(metric, summaries, reference):
@@ -276,15 +280,30 @@ def _winner(metric, conc, summaries, measured):
     return best
 
 
-def compare(host, results, order, objective_metric=None, seed=DEFAULT_SEED, resamples=DEFAULT_RESAMPLES):
+def disqualified(summaries, measured, conc, required):
+    """The variants that did not meet the SLO at the objective's concurrency: those whose median share of
+    requests meeting every target is under ``required`` (or that measured no share at all)."""
+    out = []
+    for variant in measured:
+        cell = (summaries[variant].get(conc) or {}).get(ATTAINMENT)
+        if cell is None or cell["median"] < float(required):
+            out.append({"variant": variant, "concurrency": conc, "slo_attainment": cell["median"] if cell else None,
+                        "n": cell["n"] if cell else 0, "required": float(required)})
+    return out
+
+
+def compare(host, results, order, objective_metric=None, seed=DEFAULT_SEED, resamples=DEFAULT_RESAMPLES,
+            slo_attainment=None):
     """Every variant of one host against the reference (the first in order that did not fail).
 
     ``results`` maps each variant to {"repeats": [[levels...], ...]} or {"failed": reason,
     "log_tail": [...]}; ``order`` lists the variants in run order. The objective is
     ``objective_metric`` (a key of METRICS) or, by default, output throughput (goodput when the
     reference measured one, i.e. an SLO was set) at the highest concurrency every variant measured.
+    ``slo_attainment`` (a share, 0 to 1): a variant whose median share of requests meeting the SLO at
+    that concurrency is lower is disqualified; it is still compared, but it cannot win.
     """
-    _check(host, results, order, objective_metric)
+    _check(host, results, order, objective_metric, slo_attainment)
     failed, summaries, measured = [], {}, []
     for variant in order:
         entry = results[variant]
@@ -323,9 +342,13 @@ def compare(host, results, order, objective_metric=None, seed=DEFAULT_SEED, resa
                                     "significant": est["significant"], "improved": improved,
                                     "baseline_median": est["base_median"], "variant_median": est["variant_median"]})
 
-    best = _winner(metric, conc, summaries, measured) if conc is not None else None
+    out = disqualified(summaries, measured, conc, slo_attainment) if slo_attainment is not None and conc is not None else []
+    for row in out:
+        row["host"] = host
+    eligible = [v for v in measured if v not in set(row["variant"] for row in out)]
+    best = _winner(metric, conc, summaries, eligible) if conc is not None else None
     result = {"host": host, "reference": reference, "summaries": summaries, "comparisons": comparisons,
-              "failed_variants": failed, "winner": best[0] if best else None,
+              "failed_variants": failed, "disqualified": out, "winner": best[0] if best else None,
               "objective": {"metric": metric, "concurrency": conc}}
     result["lines"] = _lines(result, order)
     return result
@@ -356,9 +379,19 @@ def _lines(result, order):
         else:
             verdict = "significant" if row["significant"] else "not significant"
             lines.append("%s \u00d7%.2f [%.2f, %.2f] %s" % (head, row["ratio"], row["ci_low"], row["ci_high"], verdict))
+    for row in result["disqualified"]:
+        met = ("%.0f %% of requests met the SLO (median of %d)" % (100.0 * row["slo_attainment"], row["n"])
+               if row["slo_attainment"] is not None else "no SLO attainment was measured")
+        lines.append("compare %s: %s disqualified at c=%s: %s, under the %.0f %% required"
+                     % (host, row["variant"], row["concurrency"], met, 100.0 * row["required"]))
     winner = result["winner"]
     if winner is None:
-        why = "every variant failed" if reference is None else "no variant measured %s" % short
+        if reference is None:
+            why = "every variant failed"
+        elif result["disqualified"] and len(result["disqualified"]) == len(result["summaries"]):
+            why = "no variant met the SLO"
+        else:
+            why = "no variant measured %s" % short
         lines.append("compare %s: no winner (%s)" % (host, why))
     else:
         cell = result["summaries"][winner][conc][metric]
@@ -381,7 +414,7 @@ def _md_escape(text):
 
 _TABLE_COLUMNS = (("output_throughput", "output tok/s"), ("tpot_ms", "TPOT p50 ms"), ("ttft_ms", "TTFT p50 ms"),
                   ("decode_tps_per_request", "decode tok/s"), ("goodput", "goodput req/s"),
-                  ("acceptance_length", "acceptance"))
+                  ("slo_attainment", "SLO met"), ("acceptance_length", "acceptance"))
 
 
 def markdown_table(result):
@@ -426,6 +459,11 @@ def markdown_table(result):
             out.append("Median over the repeats [95 %% bootstrap interval]; * the ratio's interval excludes 1. "
                        "Objective: %s at c=%s; winner: %s."
                        % (_BY_KEY[res["objective"]["metric"]][2], res["objective"]["concurrency"], res["winner"]))
+        if res.get("disqualified"):
+            out.append("")
+            out.extend("- %s disqualified at c=%s: SLO attainment %s, under the %.2f required"
+                       % (_md_escape(row["variant"]), row["concurrency"], _fmt(row["slo_attainment"], 2), row["required"])
+                       for row in res["disqualified"])
         if res["failed_variants"]:
             out.append("")
             out.extend("- %s failed: %s" % (_md_escape(row["variant"]), _md_escape(row["reason"]))

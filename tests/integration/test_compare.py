@@ -7,10 +7,11 @@ ratio, a crashing variant is reported and skipped, keep leaves the right variant
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
-from switchbed import ROOT, fleet, observed, serving, stand_in, switch  # noqa: F401 pylint: disable=unused-import
+from switchbed import ROOT, fake_engine, fleet, observed, serving, stand_in, switch  # noqa: F401 pylint: disable=unused-import
 
 COMPARE = os.path.join(ROOT, "playbooks", "compare.yml")
 TTFT_MS, TOKENS = 5.0, 16
@@ -59,6 +60,41 @@ def test_keep_previous_restores_what_served_before(switch, fleet):
     assert after["pid"] != before["pid"]
 
 
+def test_every_variant_failing_fails_the_run_and_leaves_what_served(switch, fleet):
+    """No winner: keep=best has nothing to serve, so the host ends as it began (never stopped for it)."""
+    fleet.add_variants({"crash2": {"command": fake_engine(fleet.port, "exit")}})
+    assert switch("fast", extra={"bench": "never"}).rc == 0
+    run = switch(playbook=COMPARE, extra={"variants": "crash,crash2", "repeats": 1, "keep": "best"})
+    observed("compare crash,crash2 keep=best over fast", run, fleet)
+    assert run.rc != 0
+    said = " ".join(run.stdout.split())
+    assert "compare localhost: every variant failed, nothing was measured (fast serves, as before): crash: " in said
+    assert "compare localhost: no winner (every variant failed)" in said
+    serving(fleet, "fast")  # restored after each failure, and still serving at the end
+
+
+def test_an_slo_judges_on_goodput_and_disqualifies_who_misses_it(switch, fleet):
+    """TPOT of the stand-in is its step: at most 6 ms per token leaves slow8 (8 ms) no request that meets it."""
+    fleet.add_variants({"fast4": {"command": stand_in(fleet.port, 4)}, "slow8": {"command": stand_in(fleet.port, 8)}})
+    assert switch("fast", extra={"bench": "never"}).rc == 0
+    bad = switch(playbook=COMPARE, extra={"variants": "slow8,fast4", "slo": {"tpot": 6}})
+    assert bad.rc != 0 and "slo takes targets in milliseconds" in " ".join(bad.stdout.split())
+    serving(fleet, "fast")  # refused before anything ran
+    run = switch(playbook=COMPARE, extra={"variants": "slow8,fast4", "repeats": 2, "slo": {"tpot_ms": 6}})
+    assert run.rc == 0, run.stdout[-4000:]
+    lines = verdict_of(run)
+    print("\n" + "\n".join(lines))
+    assert "compare localhost: slow8 disqualified at c=4: 0 % of requests met the SLO (median of 2), under the 90 % " \
+           "required" in lines
+    assert lines[-1].startswith("compare localhost: winner fast4 (goodput ")
+    serving(fleet, "fast4")
+    # nobody meets 1 ms: no winner, and keep=best leaves what served before the comparison
+    none = switch(playbook=COMPARE, extra={"variants": "slow8", "repeats": 1, "slo": {"tpot_ms": 1}})
+    assert none.rc == 0, none.stdout[-4000:]
+    assert verdict_of(none)[-1] == "compare localhost: no winner (no variant met the SLO)"
+    serving(fleet, "fast4")
+
+
 def test_bad_arguments_are_refused_before_anything_runs(switch, fleet):
     run = switch(playbook=COMPARE, extra={"variants": "fast,nope", "repeats": 0})
     assert run.rc != 0 and fleet.record() is None
@@ -81,27 +117,40 @@ def test_tune_finds_the_known_best_and_a_second_run_starts_no_engine(switch, fle
     last one wins): step 2 is the fastest. A crashing candidate is reported and not retried."""
     fleet.add_variants({"tbase": {"command": stand_in(fleet.port, 6)}})
     results = tmp_path / "results"
-    extra = {"base": "tbase", "tune_grid": {"step_ms": [8, 2], "mode": ["ok"]}, "repeats": 2}
+    extra = {"base": "tbase", "tune_grid": {"step_ms": [8, 2, "x"]}, "repeats": 2}  # --step-ms x: exits 2
     env = {"INFEROPS_RESULTS_DIR": str(results), "ANSIBLE_CALLBACKS_ENABLED": "record,inferops.serving.bench_facts"}
     first = switch(playbook=TUNE, extra=extra, env=env)
     assert first.rc == 0, first.stdout[-4000:]
     lines = verdict_of_tune(first)
     print("\n" + "\n".join(lines))
-    assert lines[-1].startswith("compare localhost: winner tbase+step_ms=2+mode=ok (output ")
-    assert any(line.startswith("compare localhost: tbase+step_ms=2+mode=ok vs tbase at c=4: output \u00d7") and
+    assert lines[-1].startswith("compare localhost: winner tbase+step_ms=2 (output ")
+    assert any(line.startswith("compare localhost: tbase+step_ms=2 vs tbase at c=4: output \u00d7") and
                line.endswith(" significant") and "not significant" not in line for line in lines)
-    serving(fleet, "tbase+step_ms=2+mode=ok")
+    assert any(line.startswith("compare localhost: tbase+step_ms=x failed: ") and "exited with code 2" in line
+               for line in lines), lines
+    serving(fleet, "tbase+step_ms=2")
     entry = (results / "tuned-tbase.yml").read_text()
-    assert "tuned-tbase:\n  extends: tbase\n  engine_args:\n    mode: \"ok\"\n    step_ms: 2\n" in entry, entry
+    assert "tuned-tbase:\n  extends: tbase\n  engine_args:\n    step_ms: 2\n" in entry, entry
+    failures = json.loads((results / "tune-failures-localhost.json").read_text())
+    assert len(failures) == 1 and "exited with code 2" in list(failures.values())[0], failures
     started = starts(fleet)
 
     second = switch(playbook=TUNE, extra=extra, env=env)
     assert second.rc == 0, second.stdout[-4000:]
     said = " ".join(second.stdout.split())
     print(said[said.find("tune localhost:"):][:400])
-    assert "measuring none; from the history: tbase, tbase+step_ms=8+mode=ok, tbase+step_ms=2+mode=ok" in said, said[-3000:]
+    assert ("measuring none; from the history: tbase, tbase+step_ms=8, tbase+step_ms=2; failed before: "
+            "tbase+step_ms=x") in said, said[-3000:]
     assert starts(fleet) == started  # nothing was started again: every candidate was measured, the winner serves
     assert verdict_of_tune(second)[-1] == lines[-1]
+    assert any(line.startswith("compare localhost: tbase+step_ms=x failed: failed before, not retried") for line in
+               verdict_of_tune(second))
+
+    third = switch(playbook=TUNE, extra=dict(extra, tune_retry_failed=True), env=env)
+    assert third.rc == 0, third.stdout[-4000:]
+    assert "measuring tbase+step_ms=x;" in " ".join(third.stdout.split())
+    assert starts(fleet) == started + 2  # the failed candidate tried again, then the winner restored
+    serving(fleet, "tbase+step_ms=2")
 
 
 def verdict_of_tune(run):

@@ -17,10 +17,10 @@ from bench_shapes import bench_result, level
 HOST = "gpu-node-01"
 
 
-def lvl(conc, out, tpot=10.0, ttft=50.0, goodput=None, acceptance=None):
+def lvl(conc, out, tpot=10.0, ttft=50.0, goodput=None, acceptance=None, attainment=None):
     """A throughput_bench level (the module's shape) with the given figures."""
     item = level(conc)
-    item.update(output_throughput=out, goodput=goodput, acceptance_length=acceptance)
+    item.update(output_throughput=out, goodput=goodput, acceptance_length=acceptance, slo_attainment=attainment)
     item["tpot_ms"] = dict(item["tpot_ms"], p50=tpot)
     item["ttft_ms"] = dict(item["ttft_ms"], p50=ttft)
     item["decode_tps_per_request"] = dict(item["decode_tps_per_request"], p50=1000.0 / tpot)
@@ -60,7 +60,7 @@ def test_metrics_read_the_module_shapes_and_skip_what_is_null():
     assert cmp.read_metric(item, "goodput") is None
     assert cmp.read_metric({"tpot_ms": 7.5}, "tpot_ms") == 7.5  # a history record keeps the p50 only
     assert cmp.read_metric({"output_throughput": True}, "output_throughput") is None
-    assert [row[5] for row in cmp.METRICS] == ["higher", "lower", "lower", "higher", "higher", "higher"]
+    assert [row[5] for row in cmp.METRICS] == ["higher", "lower", "lower", "higher", "higher", "higher", "higher"]
 
 
 # ---- summaries and intervals ------------------------------------------------------------------
@@ -217,6 +217,37 @@ def test_with_an_slo_the_winner_is_judged_on_goodput():
     assert out["lines"][-1] == "compare gpu-node-01: winner baseline (goodput 5.00 req/s at c=16, median of 3)"
 
 
+def test_an_slo_disqualifies_a_variant_that_meets_it_too_rarely():
+    # nextn has the best goodput but only 85 % of its requests meet the targets; with 90 % required it
+    # cannot win, and the next best (batched, 97 %) does; the reference is still what the others are compared with
+    rng = random.Random(29)
+    results = {"baseline": {"repeats": repeats(rng, 3, (1, 16), 100.0, goodput=5.0, attainment=0.99)},
+               "nextn": {"repeats": repeats(rng, 3, (1, 16), 160.0, goodput=7.0, attainment=0.85)},
+               "batched": {"repeats": repeats(rng, 3, (1, 16), 120.0, goodput=6.0, attainment=0.97)}}
+    order = ["baseline", "nextn", "batched"]
+    assert cmp.compare(HOST, results, order)["winner"] == "nextn"  # no threshold: goodput alone
+    out = cmp.compare(HOST, results, order, slo_attainment=0.9)
+    assert out["winner"] == "batched" and out["objective"] == {"metric": "goodput", "concurrency": 16}
+    assert out["disqualified"] == [{"host": HOST, "variant": "nextn", "concurrency": 16, "slo_attainment": 0.85,
+                                    "n": 3, "required": 0.9}]
+    assert "compare gpu-node-01: nextn disqualified at c=16: 85 % of requests met the SLO (median of 3), under the " \
+           "90 % required" in out["lines"]
+    assert out["lines"][-1] == "compare gpu-node-01: winner batched (goodput 6.00 req/s at c=16, median of 3)"
+    assert rows(out, variant="nextn", concurrency=16, metric="goodput")  # still compared
+    assert "- nextn disqualified at c=16: SLO attainment 0.85, under the 0.90 required" in cmp.markdown_table(out)
+    # nobody meets 99.5 %: no winner, and the line says why
+    none = cmp.compare(HOST, results, order, slo_attainment=0.995)
+    assert none["winner"] is None and len(none["disqualified"]) == 3
+    assert none["lines"][-1] == "compare gpu-node-01: no winner (no variant met the SLO)"
+    # a variant without any attainment (no SLO measured) cannot show it met one
+    bare = {"baseline": {"repeats": repeats(rng, 2, (4,), 100.0, goodput=5.0)}}
+    assert cmp.compare(HOST, bare, ["baseline"], slo_attainment=0.9)["lines"][-1] == (
+        "compare gpu-node-01: no winner (no variant met the SLO)")
+    for bad in (0, 1.5, "most", True):
+        with pytest.raises(cmp.CompareError, match="slo_attainment must be a share of requests above 0 and at most 1"):
+            cmp.compare(HOST, results, order, slo_attainment=bad)
+
+
 def test_a_failed_variant_is_listed_and_the_reference_is_the_first_that_did_not_fail(known):
     results = dict(known, broken={"failed": "engine exited with code 1", "log_tail": ["Traceback", "OOM"]})
     out = cmp.compare(HOST, results, ["broken", "baseline", "nextn"])
@@ -287,7 +318,7 @@ def test_markdown_table_puts_variants_side_by_side(known):
     lines = text.splitlines()
     assert lines[0] == "## gpu-node-01"
     assert lines[2] == ("| concurrency | variant | output tok/s | TPOT p50 ms | TTFT p50 ms | decode tok/s | goodput req/s "
-                        "| acceptance | output vs baseline |")
+                        "| SLO met | acceptance | output vs baseline |")
     body = [line for line in lines if line.startswith("| 32 |")]
     assert [line.split(" | ")[1] for line in body] == ["baseline", "nextn"]
     assert body[0].endswith("| - | - | reference |")
