@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import re
+import statistics
 
 BENCH_ACTION = "throughput_bench"
 GPU_ACTION = "gpu_idle_check"
@@ -149,7 +150,14 @@ class RunCollector(object):
                 return None  # a stop, or a plan that would start: no server to record
             server = _pick(result, ("argv", "pid", "url", "fingerprint", "variant", "ready_s", "msg", "log_tail"))
             server.update(task=task, status=status)
-            entry["servers"].append(server)
+            last = entry["servers"][-1] if entry["servers"] else {}
+            if server.get("pid") is not None and (last.get("pid"), last.get("fingerprint"), last.get("status")) == (
+                    server.get("pid"), server.get("fingerprint"), status):
+                # the same engine again: a start's first call (loading) then its wait, or a later no-op call
+                server["ready_s"] = last.get("ready_s") if last.get("ready_s") is not None else server.get("ready_s")
+                entry["servers"][-1] = dict(last, **server)
+            else:
+                entry["servers"].append(server)
         else:
             # one benchmark per repeat: a throughput_bench call with repeats returns every repeat's levels
             for levels in split_repeats(bench_levels(result)):
@@ -373,7 +381,15 @@ def _variants(recs):
 
 
 def _index(recs):
-    return dict(((r["variant"], r["concurrency"]), r) for r in recs)
+    """{(variant, concurrency): {"output_throughput": median}}: the figure ratios between variants use, the
+    median over the repeats of a comparison (a single run: its own figure)."""
+    values = {}
+    for rec in recs:
+        slot = values.setdefault((rec["variant"], rec["concurrency"]), [])
+        if _num(rec.get("output_throughput")) is not None:
+            slot.append(rec["output_throughput"])
+    return dict((key, {"output_throughput": statistics.median(found) if found else None})
+                for key, found in values.items())
 
 
 def summary_lines(records, previous, regressions):

@@ -333,6 +333,36 @@ def test_history_gives_each_repeat_its_own_lines_with_its_index():
     assert [json.loads(json.dumps(r))["repeat"] for r in recs] == [0, 0, 1, 1, None]
 
 
+def test_one_call_with_repeats_is_one_benchmark_per_repeat_and_ratios_take_the_medians():
+    # throughput_bench repeats=3 returns every repeat's levels in one result, each labelled with its repeat
+    result = bench_result((1, 4), variant="base", fingerprint="fp-base")
+    levels = []
+    for repeat, scale in enumerate((1.0, 3.0, 2.0)):
+        for item in json.loads(json.dumps(result["results"])):
+            item["labels"]["repeat"] = repeat
+            item["output_throughput"] *= scale
+            levels.append(item)
+    col = collect(("h", "throughput_bench", dict(result, results=levels)),
+                  ("h", "throughput_bench", bench_result((1, 4), variant="other", fingerprint="fp-o")))
+    benches = col.hosts["h"]["benchmarks"]
+    assert [(b["labels"].get("variant"), b["labels"].get("repeat"), len(b["levels"])) for b in benches] == [
+        ("base", 0, 2), ("base", 1, 2), ("base", 2, 2), ("other", None, 2)]
+    recs = bf.history_records(col, NOW, "r")
+    assert [r["repeat"] for r in recs] == [0, 0, 1, 1, 2, 2, None, None]
+    index = bf._index(recs)  # pylint: disable=protected-access
+    one = result["results"][0]["output_throughput"]
+    assert index[("base", 1)]["output_throughput"] == pytest.approx(2.0 * one)  # the median of x1, x3, x2
+
+
+def test_the_same_engine_reported_twice_is_one_server():
+    loading = dict(SERVER, ready_s=None)  # the start's first call, while the model loads
+    kept = dict(SERVER, changed=False, ready_s=0.01)  # a later call that found it serving
+    other = dict(SERVER, pid=78, ready_s=12.0)
+    col = collect(("h", "inference_server", loading), ("h", "async_status", dict(SERVER, finished=1)),
+                  ("h", "inference_server", kept), ("h", "inference_server", other))
+    assert [(s["pid"], s["ready_s"]) for s in col.hosts["h"]["servers"]] == [(77, 41.5), (78, 12.0)]
+
+
 @pytest.mark.parametrize("value, index", [(0, 0), (3, 3), ("2", 2), (" 1 ", 1), (None, None), ("x", None),
                                           (True, None), (1.5, None), ("-1", None)])
 def test_repeat_index_from_a_label(value, index):
