@@ -190,6 +190,14 @@ metrics_url:
   returned: always
   type: str
   sample: http://127.0.0.1:30000/metrics
+elapsed_s:
+  description:
+    - Seconds the whole call took on the target, from the model lookup to the last level's end, warm-up
+      requests and every repeat included (each level's C(duration_s) is its measured window only).
+  returned: success
+  type: float
+  sample: 93.4
+  version_added: 0.3.0
 url:
   description: The base URL benchmarked.
   returned: always
@@ -351,6 +359,8 @@ client:
       sample: []
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.serving.plugins.module_utils import _bench, _openai_stream as _stream
@@ -386,6 +396,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    began = time.monotonic()
     if not p["concurrency"]:
         module.fail_json(msg="concurrency: give at least one level, for example [1, 32]")
     if any(c < 1 for c in p["concurrency"]):
@@ -435,7 +446,7 @@ def main():
                          timeout=p["timeout"], slo=slo, labels=p["labels"], metrics_url=metrics_url, engine=engine)
     results, client = _bench.run(bench, levels)
     out = dict(changed=False, url=p["url"], model=model, api=p["api"], results=results, client=client, engine=engine,
-               metrics_url=metrics_url)
+               metrics_url=metrics_url, elapsed_s=round(time.monotonic() - began, 3))
     empty = [r for r in results if r["completed"] == 0]
     if empty:
         r = empty[0]

@@ -60,6 +60,21 @@ def test_keep_previous_restores_what_served_before(switch, fleet):
     assert after["pid"] != before["pid"]
 
 
+def test_a_variant_whose_benchmark_fails_is_recorded_with_the_benchmarks_reason(switch, fleet):
+    """It starts and answers the readiness generation, but drops every stream after 3 chunks: no request of the
+    sweep completes, the benchmark fails at once (caught by the benchmark role's first polls) and the
+    comparison goes on."""
+    fleet.add_variants({"fast4": {"command": stand_in(fleet.port, 4)},
+                        "other": {"command": stand_in(fleet.port, 4) + ["--drop-every", "1"]}})
+    run = switch(playbook=COMPARE, extra={"variants": "fast4,other", "repeats": 2, "keep": "best"})
+    assert run.rc == 0, run.stdout[-4000:]
+    lines = verdict_of(run)
+    print("\n" + "\n".join(lines))
+    assert lines[0].startswith("compare localhost: other failed: no request completed at concurrency 1 against "), lines
+    assert lines[-1].startswith("compare localhost: winner fast4 (output ")
+    serving(fleet, "fast4")
+
+
 def test_every_variant_failing_fails_the_run_and_leaves_what_served(switch, fleet):
     """No winner: keep=best has nothing to serve, so the host ends as it began (never stopped for it)."""
     fleet.add_variants({"crash2": {"command": fake_engine(fleet.port, "exit")}})
