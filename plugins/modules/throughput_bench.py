@@ -458,8 +458,8 @@ def main():
         module.fail_json(msg=msg, **out)
     out["msg"] = "; ".join(_summary(r) for r in results)
     if p["repeats"] > 1:
-        out["msg"] = "%d repeats; %s" % (p["repeats"], "; ".join("repeat %d %s" % (r["labels"]["repeat"] + 1, _summary(r))
-                                                                for r in results))
+        each = ["repeat %d %s" % (r["labels"]["repeat"] + 1, _summary(r)) for r in results]
+        out["msg"] = "%d repeats; %s" % (p["repeats"], "; ".join(each))
     if any(r["failed"] for r in results):
         out["msg"] += " (FAILED requests: %s)" % ", ".join("c=%d %s" % (r["concurrency"], r["errors"])
                                                            for r in results if r["failed"])
