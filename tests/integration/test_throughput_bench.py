@@ -107,6 +107,30 @@ def test_figures_match_the_known_timing_completions_and_chat(run_playbook, stand
     assert res["slo_met"] == 8 and near(res["goodput"], res["request_throughput"], 1e-6)
 
 
+def test_repeats_run_the_sweep_again_in_one_call_each_level_labelled(run_playbook, standin):
+    url = standin("--k", "1")
+    n = 16
+    run = run_playbook(play(
+        ("three repeats", dict(url=url, concurrency=[1, 2], output_tokens=n, input_tokens=8, repeats=3,
+                               labels={"variant": "r", "repeat": 9}, slo={"tpot_ms": 1000, "ttft_ms": 1}), {}),
+        ("no repeats", dict(url=url, concurrency=[1], output_tokens=n, input_tokens=8, repeats=0), {"ignore_errors": True}),
+    ))
+    assert run.rc == 0, run.stdout[-3000:]
+    out = run.result(task="three repeats")
+    levels = out["results"]
+    assert [(r["concurrency"], r["labels"]["repeat"]) for r in levels] == [(1, 0), (2, 0), (1, 1), (2, 1), (1, 2), (2, 2)]
+    assert all(r["labels"]["variant"] == "r" and r["completed"] == r["requests"] for r in levels)
+    want = truth(n, 1, 2)
+    assert all(near(r["output_throughput"], want["output_throughput"], 0.06) for r in levels if r["concurrency"] == 2)
+    # the whole call: every level's window, warm-ups and the model lookup; a window is a part of it
+    assert out["elapsed_s"] > sum(r["duration_s"] for r in levels)
+    assert out["msg"].startswith("3 repeats; repeat 1 c=1: 4/4 ok") and "repeat 3 c=2: 4/4 ok" in out["msg"]
+    # TTFT is 50 ms, so no request meets ttft_ms 1: the share is 0, and failed requests would count as misses
+    assert all(r["slo_attainment"] == 0.0 and r["slo_met"] == 0 for r in levels)
+    refused = run.results(task="no repeats")[0]
+    assert refused["status"] == "ignored" and refused["result"]["msg"] == "repeats must be 1 or more, got 0"
+
+
 def test_failures_are_reported_and_named_and_check_mode_measures(run_playbook, standin):
     dropping = standin("--drop-every", "3", "--model", "stand-in", "--model", "other")
     nothing = "http://127.0.0.1:%d" % free_port()
