@@ -463,14 +463,15 @@ def compare_document(verdicts):
 
     ``comparisons``: each verdict's comparisons rows (host, baseline, variant, concurrency, metric,
     ratio, ci_low, ci_high, repeats, significant, improved, medians); ``failed_variants``: (host,
-    variant, reason[, log_tail]); ``compare``: {host: {reference, winner, objective, lines}}.
+    variant, reason[, log_tail]); ``compare``: {host: {reference, winner, objective, disqualified, lines}}.
     """
     comparisons, failed, short = [], [], {}
     for host, verdict in verdicts:
         comparisons.extend(_rows(verdict.get("comparisons"), host))
         failed.extend(_rows(verdict.get("failed_variants"), host))
         short[host] = {"reference": verdict.get("reference"), "winner": verdict.get("winner"),
-                       "objective": verdict.get("objective"), "lines": list(verdict.get("lines") or [])}
+                       "objective": verdict.get("objective"), "disqualified": _rows(verdict.get("disqualified"), host),
+                       "lines": list(verdict.get("lines") or [])}
     return {"comparisons": comparisons, "failed_variants": failed, "compare": short}
 
 
