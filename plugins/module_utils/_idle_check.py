@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.inferops.serving.plugins.module_utils import _gpu, _procs
+from ansible_collections.inferops.serving.plugins.module_utils import _gpu, _instances, _procs
 
 
 class CheckFailed(Exception):
@@ -30,6 +30,7 @@ _VERDICTS = {
     "protected": "protected",
     "self": "this check or its ancestor",
     "invisible": "not visible in this PID namespace",
+    "instance": "another instance's: never signalled",
 }
 
 
@@ -66,6 +67,7 @@ class IdleCheck(object):
     def _classify(self, gpus):
         """Annotate each GPU and each holder; return {pid: (ProcInfo or None, verdict, reason)}."""
         verdicts = {}
+        self.scope.refresh()
         for gpu in gpus:
             for proc in gpu["processes"]:
                 if proc["pid"] not in verdicts:
@@ -73,6 +75,10 @@ class IdleCheck(object):
                     verdicts[proc["pid"]] = (info,) + self.scope.classify(info)
                 info, verdict, reason = verdicts[proc["pid"]]
                 proc["verdict"] = verdict
+                owner = self.scope.ownership(proc["pid"]) if info is not None else None
+                if owner is not None:
+                    proc["instance"] = owner.name
+                    proc["instance_state"] = owner.kind
                 if info is not None:
                     proc["cmdline"] = info.cmdline
                     if not proc.get("name"):
@@ -158,13 +164,12 @@ class IdleCheck(object):
                 msg = "; ".join("GPU %d (%s) is unhealthy: %s" % (g["index"], g["uuid"], ", ".join(g["health"]["problems"]))
                                 for g in unhealthy)
                 raise CheckFailed(msg, self._result(gpus, start, name))
-            protected = [(g, p) for g in gpus for p in g["processes"] if p["verdict"] == "protected"]
+            kept = never_signalled(gpus, self.scope, "; it is never signalled")
             holders = self._reclaimable(verdicts) if self.reclaim else []
-            if protected and (self.check_mode or not holders):
-                # the holders in scope are reclaimed first; what is left is a protected process: fail
-                msg = "; ".join("GPU %d is held by protected process %s (pid %d); it is never signalled"
-                                % (g["index"], p["name"], p["pid"]) for g, p in protected)
-                raise CheckFailed(msg, self._result(gpus, start, name, changed=bool(self.killed)))
+            if kept and (self.check_mode or not holders):
+                # the holders in scope are reclaimed first; what is left is a protected process or another
+                # live instance's engine, which no wait frees: fail, naming it
+                raise CheckFailed("; ".join(kept), self._result(gpus, start, name, changed=bool(self.killed)))
             if all(g["clean"] for g in gpus):
                 return self._result(gpus, start, name, changed=bool(self.killed))
             if self.check_mode and holders:
@@ -218,10 +223,29 @@ def validate(p):
     return errors
 
 
-def scope(p):
+def never_signalled(gpus, scope_, protected_tail=", which is never signalled"):
+    """Messages for the holders no check ever signals: each protected process, and each process of another
+    live instance with every GPU it holds."""
+    found, instances = [], {}
+    for gpu in gpus:
+        for proc in gpu["processes"]:
+            if proc["verdict"] == "protected":
+                found.append("GPU %d is held by protected process %s (pid %d)%s"
+                             % (gpu["index"], proc.get("name") or "?", proc["pid"], protected_tail))
+            elif proc["verdict"] == "instance":
+                instances.setdefault(proc["pid"], []).append(gpu["index"])
+    for pid, indices in sorted(instances.items(), key=lambda item: item[1]):
+        found.append(scope_.ownership(pid).holds(indices, pid, scope_.owners.own))
+    return found
+
+
+def scope(p, owner=None):
+    """The reclaim scope of check parameters p, as instance owner (NAME@HASH; None: a check of no
+    instance) sees the host: another live instance's processes are never in it."""
     return _procs.Scope(patterns=p["reclaim_match"] if p["reclaim_match"] is not None else _procs.DEFAULT_RECLAIM_MATCH,
                         reclaim_all=p["reclaim_all"],
-                        protected=p["protected"] if p.get("protected") is not None else _procs.DEFAULT_PROTECTED)
+                        protected=p["protected"] if p.get("protected") is not None else _procs.DEFAULT_PROTECTED,
+                        owners=_instances.Instances(owner))
 
 
 def _holders(gpus, without=()):
@@ -277,17 +301,18 @@ class _Backend(object):
             self.backend = None
 
 
-def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False):
+def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False, owner=None):
     """One whole check with validated parameters p: open the backend, choose the GPUs, poll and
     reclaim. Returns the result (with changed, msg and diff); raises CheckFailed when not clean.
-    run(argv) -> (rc, out, err) and find_smi() -> path are the module's."""
+    run(argv) -> (rc, out, err) and find_smi() -> path are the module's; owner: the instance the check
+    is made for (NAME@HASH), or None."""
     opened = _Backend(p, run, find_smi, import_pynvml)
     if opened.none is not None:
         return opened.none
     try:
         check = IdleCheck(opened.backend, opened.indices, max_used_mib=p["max_used_mib"], timeout=p["timeout"],
                           poll_interval=p["poll_interval"], reclaim=p["reclaim"], kill_grace=p["kill_grace"],
-                          scope=scope(p), check_mode=check_mode)
+                          scope=scope(p, owner), check_mode=check_mode)
         try:
             result = check.run()
         except _gpu.GpuError as exc:
@@ -304,12 +329,12 @@ def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False):
     return result
 
 
-def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml):
+def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml, owner=None):
     """Before a stop: what would keep the GPUs from being clean once the processes in spared (the old
     server's) are gone. One read, signals nothing. Returns (blockers, survey): blockers are messages
-    (an unhealthy GPU, a protected holder, a holder outside the reclaim scope, no GPU at all, an unknown
-    index); survey has the shape of a check's result plus would_kill (what the check would reclaim)
-    and unknown_holders (holders this PID namespace cannot see: maybe ours, from outside a container)."""
+    (an unhealthy GPU, a protected holder, another live instance's engine, a holder outside the reclaim
+    scope, no GPU at all, an unknown index); survey has the shape of a check's result plus would_kill
+    (what the check would reclaim) and unknown_holders (holders this PID namespace cannot see: maybe ours, from outside a container)."""
     try:
         opened = _Backend(p, run, find_smi, import_pynvml)
     except CheckFailed as exc:
@@ -318,7 +343,7 @@ def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml):
         return [], opened.none
     try:
         check = IdleCheck(opened.backend, opened.indices, max_used_mib=p["max_used_mib"], reclaim=p["reclaim"],
-                          scope=scope(p), check_mode=True)
+                          scope=scope(p, owner), check_mode=True)
         try:
             gpus = opened.backend.snapshot(opened.indices, health=True)
         except _gpu.GpuError as exc:
@@ -337,14 +362,15 @@ def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml):
                 unknown.add(proc["pid"])
             elif proc["verdict"] == "reclaim" and p["reclaim"]:
                 would_kill.add(proc["pid"])
-            elif proc["verdict"] == "protected":
-                found.append("GPU %d is held by protected process %s (pid %d), which is never signalled"
-                             % (gpu["index"], proc.get("name") or "?", proc["pid"]))
+            elif proc["verdict"] in ("protected", "instance"):
+                continue  # named below, once per process
             else:
                 used = "" if proc.get("used_mib") is None else ", %d MiB" % proc["used_mib"]
                 found.append("GPU %d is held by pid %d %s%s, which the stop does not end and gpu_check does not "
                              "reclaim (%s)" % (gpu["index"], proc["pid"], proc.get("name") or "?", used,
                                                "not matched by reclaim_match" if p["reclaim"] else "reclaim=false"))
+    left = [dict(gpu, processes=[proc for proc in gpu["processes"] if proc["pid"] not in spared]) for gpu in gpus]
+    found.extend(never_signalled(left, check.scope))
     survey = {"gpus": gpus, "clean": not found and all(g["clean"] for g in gpus), "backend": check.backend.name,
               "would_kill": sorted(would_kill), "unknown_holders": sorted(unknown), "killed": []}
     return found, survey

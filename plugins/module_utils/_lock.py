@@ -43,6 +43,22 @@ def describe(holder):
     return "pid %s (%s%s)" % (holder.get("pid", "?"), holder.get("what", "?"), when)
 
 
+def held(state_dir, name):
+    """True while some process holds the instance's lock exclusively (a change of it is under way). A
+    shared try, released at once: it never holds up the holder, which polls."""
+    try:
+        fd = os.open(path_of(state_dir, name), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
+    finally:
+        os.close(fd)  # closing the descriptor releases a lock taken through it
+    return False
+
+
 class InstanceLock(object):
     """acquire(what, timeout, on_wait) -> self; release(); holder() reads the current holder's record."""
 

@@ -8,7 +8,8 @@ A blocker is a message; any blocker means the switch fails with "nothing was sto
 server that runs keeps running. Checked: the state and log directories (writable, with free space),
 the launcher (executable / python / command[0]) present, a local model path present, the new port
 free when it is not the running server's, and the GPU holders that will remain once the running
-server's processes are gone (protected daemons, holders outside the reclaim scope, unhealthy GPUs).
+server's processes are gone (protected daemons, another live instance's engine, holders outside the
+reclaim scope, unhealthy GPUs).
 """
 
 from __future__ import annotations
@@ -191,14 +192,16 @@ def flag_problems(adapter, params, launch, version, run, create=True):
     return problems, {"checked": True, "argv": help_argv, "flags": len(accepted)}
 
 
-def gpu_problems(params, spared, run, find_smi):
-    """(blockers, survey) of params["gpu_check"] once spared are gone; ([], None) without a gpu_check."""
+def gpu_problems(params, spared, run, find_smi, owner=None):
+    """(blockers, survey) of params["gpu_check"] once spared are gone, as instance owner sees the GPUs;
+    ([], None) without a gpu_check."""
     if not params.get("gpu_check") or run is None:
         return [], None
-    return _idle_check.blockers(params["gpu_check"], run, find_smi, spared=spared)
+    return _idle_check.blockers(params["gpu_check"], run, find_smi, spared=spared, owner=owner)
 
 
-def check(params, adapter, launch, version, record, running, spared, run=None, find_smi=None, create=True):
+def check(params, adapter, launch, version, record, running, spared, run=None, find_smi=None, create=True,
+          owner=None):
     """Every blocker of a switch to params (a list of messages), the GPU survey and the flag check (or None)."""
     launcher = launcher_problem(adapter, params)
     blockers = [problem for problem in (
@@ -209,5 +212,5 @@ def check(params, adapter, launch, version, record, running, spared, run=None, f
         port_problem(params, record, running, spared),
     ) if problem]
     flags, flag_check = ([], None) if launcher else flag_problems(adapter, params, launch, version, run, create)
-    gpus, survey = gpu_problems(params, spared, run, find_smi)
+    gpus, survey = gpu_problems(params, spared, run, find_smi, owner)
     return blockers + flags + gpus, survey, flag_check

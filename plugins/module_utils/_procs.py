@@ -185,14 +185,30 @@ def listeners(port, root=PROC_ROOT):
     return found
 
 
-def environ_has(pid, key, value, root=PROC_ROOT):
-    """True when the process's initial environment has key=value (the instance marker)."""
+def environ_get(pid, key, root=PROC_ROOT):
+    """The value of key in the process's initial environment, or None (absent, or not readable here)."""
     try:
         raw = _read(os.path.join(root, str(pid), "environ"), "rb")
     except (IOError, OSError):
-        return False
-    needle = ("%s=%s" % (key, value)).encode("utf-8")
-    return needle in raw.split(b"\0")
+        return None
+    prefix = ("%s=" % key).encode("utf-8")
+    for entry in raw.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
+def environ_has(pid, key, value, root=PROC_ROOT):
+    """True when the process's initial environment has key=value."""
+    return environ_get(pid, key, root) == value
+
+
+def cwd_of(pid, root=PROC_ROOT):
+    """The process's working directory, or None when it cannot be read."""
+    try:
+        return os.readlink(os.path.join(root, str(pid), "cwd"))
+    except (IOError, OSError):
+        return None
 
 
 def is_protected(info, protected):
@@ -241,32 +257,56 @@ class Target(object):
 
 
 class Scope(object):
-    """Decides which GPU holders may be reclaimed, and how to signal them."""
+    """Decides which GPU holders may be reclaimed, and how to signal them.
+
+    owners: None, or an object whose ownership(pid) says which instance a process belongs to by its
+    marker (_instances.Instances): None for an unmarked process, else an Ownership whose `live` is true
+    for another instance that serves or is being changed. Such a process is never in scope, whatever
+    reclaim_match or reclaim_all say; this instance's own processes and the leftovers of instances
+    without a live record are judged by reclaim_match like unmarked ones."""
 
     def __init__(self, patterns=DEFAULT_RECLAIM_MATCH, reclaim_all=False,
-                 protected=DEFAULT_PROTECTED, root=PROC_ROOT, self_pid=None):
+                 protected=DEFAULT_PROTECTED, root=PROC_ROOT, self_pid=None, owners=None):
         self.compiled = compile_patterns(patterns)
         self.reclaim_all = reclaim_all
         self.protected = tuple(protected)
         self.root = root
         self.untouchable = ancestors(self_pid, root)
+        self.owners = owners
+
+    def ownership(self, pid):
+        return self.owners.ownership(pid) if self.owners is not None else None
+
+    def refresh(self):
+        """Forget what was read of other instances (their liveness may have changed since)."""
+        if self.owners is not None:
+            self.owners.forget()
+
+    def _foreign(self, info):
+        owner = self.ownership(info.pid)
+        return owner if owner is not None and owner.live else None
 
     def classify(self, info):
-        """Return (verdict, reason): 'protected', 'self', 'reclaim' or 'out_of_scope'."""
+        """Return (verdict, reason): 'invisible', 'protected', 'self', 'instance' (another live instance's),
+        'reclaim' or 'out_of_scope'."""
         if info is None:
             return "invisible", "not visible in this PID namespace (is the check running inside a container?)"
         if is_protected(info, self.protected):
             return "protected", "protected process"
         if info.pid in self.untouchable:
             return "self", "this check or one of its ancestors"
+        owner = self.ownership(info.pid)
+        if owner is not None and owner.live:
+            return "instance", owner.describe()
+        whose = "" if owner is None else " (%s)" % owner.describe()
         if matches(info, self.compiled):
-            return "reclaim", "matches reclaim_match"
+            return "reclaim", "matches reclaim_match" + whose
         if self.reclaim_all:
-            return "reclaim", "reclaim_all"
-        return "out_of_scope", "not matched by reclaim_match"
+            return "reclaim", "reclaim_all" + whose
+        return "out_of_scope", "not matched by reclaim_match" + whose
 
     def _member_in_scope(self, info, holder_pids):
-        if info.pid in self.untouchable or is_protected(info, self.protected):
+        if info.pid in self.untouchable or is_protected(info, self.protected) or self._foreign(info):
             return False
         if matches(info, self.compiled):
             return True

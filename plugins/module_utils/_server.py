@@ -79,8 +79,10 @@ class Host(object):
         except OSError as exc:
             return 127, "", "cannot run %s: %s" % (args[0], exc.strerror or exc)
 
-    def verify(self, check, check_mode=False):
-        return _idle_check.verify(check, self.run, self.find_smi, check_mode=check_mode)
+    def verify(self, check, check_mode=False, owner=None):
+        """The GPU check as instance owner (NAME@HASH) makes it: another live instance's engine is never
+        reclaimed, and a GPU it holds fails the check, naming it."""
+        return _idle_check.verify(check, self.run, self.find_smi, check_mode=check_mode, owner=owner)
 
 
 class Context(object):
@@ -243,9 +245,17 @@ def _stop(ctx):
         sup.store.clear()
         ctx.launches.clear()
     result["outcome"] = _switch.STOPPED if changed else _switch.UNCHANGED
-    if not ctx.check_mode and params.get("gpu_check"):
+    if ctx.check_mode and params.get("gpu_check"):
+        # what the check after the stop would find, once this instance's processes are gone: a blocker
+        # (another instance's engine, a protected daemon) fails the plan as it would fail the run
+        found, result["gpu_check"] = _preflight.gpu_problems(params, sup.processes(record), ctx.host.run,
+                                                             ctx.host.find_smi, owner=sup.marker)
+        if found:
+            raise ServerError("GPUs would not be clean after stopping %s: %s" % (params["name"], "; ".join(found)),
+                              **result)
+    elif params.get("gpu_check"):
         try:
-            result["gpu_check"] = ctx.host.verify(dict(params["gpu_check"]), False)
+            result["gpu_check"] = ctx.host.verify(dict(params["gpu_check"]), False, owner=sup.marker)
         except _idle_check.CheckFailed as exc:
             result["gpu_check"] = exc.result
             raise ServerError("GPUs not clean after stopping %s: %s" % (params["name"], exc.msg), **result)
@@ -343,7 +353,8 @@ def _switch_to(ctx, adapter, version, launch, record, running, restore, diff):
     params, sup, result = ctx.params, ctx.sup, ctx.result
     spared = sup.processes(record)
     blockers, survey, flag_check = _preflight.check(params, adapter, launch, version, record, running, spared,
-                                                    ctx.host.run, ctx.host.find_smi, create=not ctx.check_mode)
+                                                    ctx.host.run, ctx.host.find_smi, create=not ctx.check_mode,
+                                                    owner=sup.marker)
     result["blockers"] = blockers
     if flag_check is not None:
         result["flag_check"] = flag_check

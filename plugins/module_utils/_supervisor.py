@@ -5,9 +5,10 @@
 
 Both keep a JSON state file per instance in state_dir (written atomically, mode 0600) holding the
 fingerprint, argv, PID, PGID, start time and port, log to log_dir/<name>.log, and stamp the engine's
-environment with a marker (INFEROPS_INSTANCE=<name>@<state_dir hash>) so that processes that left the
-instance's process group or unit are still found and swept on stop. Nothing without the marker, or
-outside the recorded (and identity-checked) process group, is ever signalled.
+environment with the instance marker (_marker: INFEROPS_INSTANCE, its name, state directory and
+fingerprint) so that processes that left the instance's process group or unit are still found and swept
+on stop. Nothing without this instance's marker, or outside the recorded (and identity-checked) process
+group, is ever signalled; another instance's marker is never this one's, whatever its command line.
 
 Every command runs through the caller's `run` (AnsibleModule.run_command): the `process` supervisor's
 watchdog (_watchdog: the engine's parent, which reaps it and records how it ended in
@@ -23,7 +24,6 @@ with KillMode=mixed (SIGTERM to the main process, SIGKILL to the rest of the uni
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,9 +31,9 @@ import signal
 import sys
 import time
 
-from ansible_collections.inferops.serving.plugins.module_utils import _procs, _watchdog
+from ansible_collections.inferops.serving.plugins.module_utils import _marker, _procs, _watchdog
 
-MARKER_KEY = "INFEROPS_INSTANCE"
+MARKER_KEY = _marker.KEY
 SUPERVISORS = ("auto", "systemd", "process")
 
 
@@ -76,8 +76,8 @@ class SupervisorError(RuntimeError):
 
 
 def marker_value(name, state_dir):
-    digest = hashlib.sha256(os.path.abspath(state_dir).encode("utf-8")).hexdigest()[:12]
-    return "%s@%s" % (name, digest)
+    """The instance's identity as its marker carries it (NAME@HASH, every version)."""
+    return _marker.identity(name, state_dir)
 
 
 def systemd_usable(root="/"):
@@ -189,14 +189,11 @@ class Base(object):
 
     def carriers(self):
         """Live processes stamped with this instance's marker (never this module or its ancestors)."""
-        untouchable = _procs.ancestors(root=self.root)
-        found = {}
-        for info in _procs.list_procs(self.root):
-            if info.pid in untouchable or info.state in ("Z", "X"):
-                continue
-            if _procs.environ_has(info.pid, MARKER_KEY, self.marker, self.root):
-                found[info.pid] = info.starttime
-        return found
+        return _marker.carriers(self.marker, self.root, skip=_procs.ancestors(root=self.root))
+
+    def marker_env(self, fingerprint=None):
+        """The marker an engine of this instance starts with (the current version)."""
+        return _marker.make(self.name, self.state_dir, fingerprint).value()
 
     def processes(self, record):
         """Every live process of the instance: the recorded process group (when its leader is still the
@@ -271,12 +268,12 @@ class ProcessSupervisor(Base):
         # when AnsiballZ has removed the payload zip that the source is read from
         self.watchdog = watchdog_source()
 
-    def start(self, argv, env):
+    def start(self, argv, env, fingerprint=None):
         handle, offset = self._open_log(argv)
         handle.close()
         full_env = dict(os.environ)
         full_env.update(env)
-        full_env[MARKER_KEY] = self.marker
+        full_env[MARKER_KEY] = self.marker_env(fingerprint)
         os.makedirs(self.state_dir, exist_ok=True)
         spec = {"argv": list(argv), "env": full_env, "cwd": self.state_dir, "log": self.log_path,
                 "exit_path": self.exits.path}
@@ -425,13 +422,13 @@ class SystemdSupervisor(Base):
                 props[key] = value
         return props
 
-    def start(self, argv, env):
+    def start(self, argv, env, fingerprint=None):
         exe = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0])
         if not exe:
             raise SupervisorError("cannot launch %r: not found on PATH" % argv[0])
         argv = [exe] + list(argv[1:])
         full_env = dict(env)
-        full_env[MARKER_KEY] = self.marker
+        full_env[MARKER_KEY] = self.marker_env(fingerprint)
         full_env.setdefault("PATH", os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
         handle, offset = self._open_log(argv)
         handle.close()

@@ -241,7 +241,7 @@ class Switch(object):
         if not self.params.get("gpu_check"):
             return None
         try:
-            return self.verify_gpus(dict(self.params["gpu_check"]), False)
+            return self.verify_gpus(dict(self.params["gpu_check"]), False, owner=self.sup.marker)
         except _idle_check.CheckFailed as exc:
             raise ServerError("GPUs not clean %s: %s" % (what, exc.msg), gpu_check=exc.result)
 
@@ -259,7 +259,7 @@ class Switch(object):
         if previous:
             record["previous"] = previous
         record["started_at"] = time.time()
-        record.update(self.sup.start(launch.argv, launch.env))
+        record.update(self.sup.start(launch.argv, launch.env, launch.fingerprint))
         self.sup.store.save(record)
         stored = loaded(self.launches) or {}
         stored["current"] = stored_params(params)

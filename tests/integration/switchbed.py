@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 import yaml
 
-from ansible_collections.inferops.serving.plugins.module_utils import _procs, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import _marker, _procs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPPORT = os.path.join(ROOT, "tests", "support")
@@ -151,10 +151,10 @@ def observed(label, run, fleet):
 
 def engines(fleet):
     """The process groups of the instance's engines that live now (marker carriers): {pgid: [pids]}."""
-    marker = _supervisor.marker_value("sv", str(fleet.state_dir))
+    carriers = _marker.carriers(_marker.identity("sv", str(fleet.state_dir)))
     groups = {}
     for info in _procs.list_procs():
-        if info.state not in ("Z", "X") and _procs.environ_has(info.pid, _supervisor.MARKER_KEY, marker):
+        if info.pid in carriers:
             groups.setdefault(info.pgid, []).append(info.pid)
     return groups
 

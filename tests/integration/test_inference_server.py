@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from ansible_collections.inferops.serving.plugins.module_utils import _procs, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import _marker, _procs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAKE = os.path.join(ROOT, "tests", "support", "fake_engine.py")
@@ -31,9 +31,7 @@ def play(srv, name="server"):
 
 
 def carriers(name, state_dir):
-    marker = _supervisor.marker_value(name, state_dir)
-    return [i.pid for i in _procs.list_procs()
-            if i.state not in ("Z", "X") and _procs.environ_has(i.pid, _supervisor.MARKER_KEY, marker)]
+    return sorted(_marker.carriers(_marker.identity(name, state_dir)))
 
 
 def gone(pid, timeout=5.0):

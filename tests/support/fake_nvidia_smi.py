@@ -8,6 +8,14 @@ $FAKE_NVIDIA_SMI_STATE. Holders are real processes the test starts: a holder is 
 memory counted as used) only while its PID is alive and not a zombie, so a reclaim that really
 kills it really frees the fake GPU.
 
+Holders come from two places: the "holders" list (a pid and a GPU, for a process the test starts
+itself), and the processes themselves: a live process whose environment has FAKE_GPU_MIB=N holds N MiB
+on each GPU that its own CUDA_VISIBLE_DEVICES names (indices, or the GPUs' UUIDs), as CUDA would place
+it. So an engine started with CUDA_VISIBLE_DEVICES=4,5 shows on GPUs 4 and 5, and only while it lives:
+the tie between an engine and its GPUs is whatever its environment says, not a table of the test's.
+Only processes whose FAKE_NVIDIA_SMI_STATE is this one's count: they run on this fake host (tests that
+run side by side each have theirs).
+
 State file:
   {"driver": true,
    "gpus": [{"index": 0, "uuid": "GPU-...", "name": "NVIDIA H200", "memory_total_mib": 143771,
@@ -57,6 +65,39 @@ def install(bindir):
     return launcher
 
 
+def environ(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            raw = handle.read()
+    except (IOError, OSError):
+        return {}
+    pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
+    return dict((k.decode("utf-8", "replace"), v.decode("utf-8", "replace")) for k, v in pairs)
+
+
+def visible_device_holders(gpus, state_path):
+    """[{"pid", "gpu", "used_mib"}] for every live process of this fake host (state_path) with FAKE_GPU_MIB
+    and CUDA_VISIBLE_DEVICES."""
+    by_key = {}
+    for gpu in gpus:
+        by_key[str(gpu["index"])] = gpu["index"]
+        by_key[gpu["uuid"]] = gpu["index"]
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        env = environ(int(entry))
+        if "FAKE_GPU_MIB" not in env or not env.get("CUDA_VISIBLE_DEVICES") or not alive(int(entry)):
+            continue
+        if env.get("FAKE_NVIDIA_SMI_STATE") != state_path:
+            continue
+        for device in env["CUDA_VISIBLE_DEVICES"].split(","):
+            if device.strip() not in by_key:
+                break  # CUDA ignores the devices after the first it does not know
+            found.append({"pid": int(entry), "gpu": by_key[device.strip()], "used_mib": int(env["FAKE_GPU_MIB"])})
+    return found
+
+
 class Out(object):
     """Rows as nvidia-smi writes them: fields separated by ", "."""
 
@@ -95,7 +136,7 @@ def main(argv):
             print('Field "%s" is not a valid field to query.' % field)
             return 2
 
-    live = [h for h in state.get("holders", []) if alive(int(h["pid"]))]
+    live = [h for h in state.get("holders", []) if alive(int(h["pid"]))] + visible_device_holders(gpus, path)
     by_index = dict((g["index"], g) for g in gpus)
     out = Out()
     if kind == "query-gpu":

@@ -88,7 +88,7 @@ def test_systemd_supervisor_drives_systemctl(tmp_path):
     started = sup.start([os.path.basename(sys.executable), "-c", "pass"], {"A": "1"})
     unit = (tmp_path / "inferops-q.service").read_text()
     assert "ExecStart=%s -c pass" % shutil.which(os.path.basename(sys.executable)) in unit
-    assert "Environment=INFEROPS_INSTANCE=%s" % sup.marker in unit and "KillMode=mixed" in unit
+    assert 'Environment="INFEROPS_INSTANCE=%s;v=2;dir=' % sup.marker in unit and "KillMode=mixed" in unit
     assert ["daemon-reload"] in calls and ["restart", "inferops-q.service"] in calls
     assert started["pid"] == os.getpid() and sup.exit_code(started) is None and sup.alive(started)
     sup.stop(started, 1)

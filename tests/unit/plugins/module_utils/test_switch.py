@@ -193,7 +193,7 @@ class FakeSup(object):
         self.next_pid = 100
         self.running = {}
 
-    def start(self, argv, env):
+    def start(self, argv, env, fingerprint=None):
         self.next_pid += 1
         self.events.append(("start", argv[0]))
         self.running[self.next_pid] = argv[0]
@@ -230,7 +230,7 @@ def _switch_to(tmp_path, sup, new, failing_previous=False, with_previous_params=
     params = _params(state_dir, new, new)
     launch = _engines.adapter("command").build(params)
     switch = _switch.Switch(sup, params, launch, None, old, True, True, dict(old),
-                            old_params if with_previous_params else None, lambda check, mode: {}, "switch to " + new)
+                            old_params if with_previous_params else None, lambda check, mode, owner=None: {}, "switch to " + new)
     return switch.run()
 
 
@@ -285,7 +285,7 @@ def test_switch_without_the_previous_launch_says_restore_failed(tmp_path, ready_
 def test_a_crash_of_the_switch_code_itself_still_ends_in_a_known_state(tmp_path, ready_probe):
     sup = FakeSup(str(tmp_path))
 
-    def broken_check(check, mode):
+    def broken_check(check, mode, owner=None):
         raise SystemExit(1)  # what a fail_json deep inside would do
 
     state_dir = str(tmp_path)
@@ -304,7 +304,7 @@ def test_gpu_check_failure_after_the_stop_is_a_switch_failure(tmp_path, ready_pr
     sup = FakeSup(str(tmp_path))
     calls = []
 
-    def check(params, mode):
+    def check(params, mode, owner=None):
         calls.append(params)
         if len(calls) == 1:
             raise _idle_check.CheckFailed("GPU 3 held", {"clean": False})

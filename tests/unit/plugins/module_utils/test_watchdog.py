@@ -69,13 +69,13 @@ def test_the_engine_gets_env_marker_cwd_and_log_and_never_a_shell(tmp_path):
     record = sup.start([sys.executable, "-c", code, "$HOME", "~"], {"A": "one two"})
     wait_for(lambda: gone(record["pid"]))
     log = open(sup.log_path).read()
-    assert "one two %s %s" % (sup.marker, sup.state_dir) in log
+    assert "one two %s %s" % (sup.marker_env(), sup.state_dir) in log
     assert supervisor(tmp_path).ending(record)["code"] == 0
     # the watchdog itself carries no marker: a stop's sweep never ends it before it records the exit
     record = sup.start([sys.executable, "-c", "import time; time.sleep(60)"], {})
     try:
-        assert not _procs.environ_has(record["watchdog"], _supervisor.MARKER_KEY, sup.marker)
-        assert _procs.environ_has(record["pid"], _supervisor.MARKER_KEY, sup.marker)
+        assert _procs.environ_get(record["watchdog"], _supervisor.MARKER_KEY) is None
+        assert _procs.environ_has(record["pid"], _supervisor.MARKER_KEY, sup.marker_env())
     finally:
         sup.stop(record, 5)
 
