@@ -22,7 +22,8 @@ import re
 import shutil
 import tempfile
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _idle_check, _procs, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import (
+    _engines, _idle_check, _instances, _procs, _supervisor)
 
 # A state file and a log's first lines need little; a disk this full fails the switch half-way.
 MIN_FREE_MIB = 16
@@ -98,7 +99,15 @@ def model_problem(params):
     return None
 
 
-def port_problem(params, record, running, spared):
+def _listener(proc, owners):
+    """'instance b (pid N, variant X)' for another live instance's process, else 'pid N (command line)'."""
+    owner = owners.ownership(proc.pid)
+    if owner is not None and owner.live:
+        return "instance %s (pid %d%s)" % (owner.name, proc.pid, ", variant %s" % owner.variant if owner.variant else "")
+    return "pid %d (%s)" % (proc.pid, proc.cmdline[:120])
+
+
+def port_problem(params, record, running, spared, owner=None):
     """The port, unless the running server holds it (its stop frees it)."""
     host, port = params["host"], params["port"]
     if running and record and record.get("port") == port and record.get("host", host) == host:
@@ -109,7 +118,8 @@ def port_problem(params, record, running, spared):
     owners = [p for p in holders if p.pid not in spared]
     if holders and not owners:
         return None  # only processes of the instance (which the stop ends) listen there
-    who = ", ".join("pid %d (%s)" % (p.pid, p.cmdline[:120]) for p in owners) or "a process this user cannot see"
+    instances = _instances.Instances(owner)
+    who = ", ".join(_listener(p, instances) for p in owners) or "a process this user cannot see"
     return "port %d on %s is taken by %s, which is not instance %r; choose another port or stop it" % (
         port, host, who, params["name"])
 
@@ -209,7 +219,7 @@ def check(params, adapter, launch, version, record, running, spared, run=None, f
         dir_problem("log_dir", params["log_dir"], create),
         launcher,
         model_problem(params),
-        port_problem(params, record, running, spared),
+        port_problem(params, record, running, spared, owner),
     ) if problem]
     flags, flag_check = ([], None) if launcher else flag_problems(adapter, params, launch, version, run, create)
     gpus, survey = gpu_problems(params, spared, run, find_smi, owner)

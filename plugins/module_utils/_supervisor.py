@@ -197,14 +197,19 @@ class Base(object):
 
     def processes(self, record):
         """Every live process of the instance: the recorded process group (when its leader is still the
-        recorded process) and the marker carriers. {pid: starttime}."""
+        recorded process) and the marker carriers. {pid: starttime}. A group member that carries another
+        instance's marker is that instance's, never this one's."""
         members = self.carriers()
         if self.leader_alive(record):
             pgid = record.get("pgid") or record["pid"]
             for info in _procs.list_procs(self.root):
-                if info.pgid == pgid and info.state not in ("Z", "X"):
+                if info.pgid == pgid and info.state not in ("Z", "X") and not self._foreign(info.pid):
                     members[info.pid] = info.starttime
         return members
+
+    def _foreign(self, pid):
+        marker = _marker.parse(_procs.environ_get(pid, MARKER_KEY, self.root))
+        return marker is not None and marker.identity != self.marker
 
     def leader_alive(self, record):
         if not record or not record.get("pid"):

@@ -20,7 +20,7 @@ description:
     O(kill_grace) seconds). A holder's whole process group is signalled only when every member of
     the group is itself in scope. Processes named in O(protected), this module's own process and its
     ancestors are never signalled.
-  - Nor is a process of a live inference_server instance: one whose C(INFEROPS_INSTANCE) marker names an
+  - Nor is a process of a live inference_server instance, one whose C(INFEROPS_INSTANCE) marker names an
     instance whose state file records a running engine, or whose lock is held. Whatever O(reclaim_match)
     or O(reclaim_all) say, a GPU such a process holds fails the check, naming the instance, its pid and
     variant. A process whose marker names an instance with no live record is a leftover, in scope like
@@ -126,8 +126,8 @@ gpus:
           (C(own), C(instance) while that instance is live, C(leftover) once it has no live record).
       type: list
       elements: dict
-      sample: [{pid: 4242, name: python, used_mib: 8192, type: compute, verdict: reclaim, instance: b,
-                instance_state: leftover}]
+      sample:
+        - {pid: 4242, name: python, used_mib: 8192, type: compute, verdict: reclaim, instance: b, instance_state: leftover}
     clean:
       description: Whether this GPU is clean.
       type: bool

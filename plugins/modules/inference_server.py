@@ -53,8 +53,8 @@ description:
   - An instance is its O(name) in its O(state_dir), and the marker says which instance a process belongs
     to. A process that carries another instance's marker is never signalled while that instance is live
     (its state file names a running engine, or a change of it holds its lock), by the stop, the marker
-    sweep, the GPU check's reclaim or anything else; a GPU it holds is a blocker that names it (V(GPU 4 is
-    held by instance b (pid N, variant X\): ...)), reported before anything is stopped. Its leftovers, once
+    sweep, the GPU check's reclaim or anything else; a GPU it holds is a blocker that names it, reported before anything is stopped (C(GPU 4 is
+    held by instance b (pid N, variant X\)), then what to do). Its leftovers, once
     it has no live record, are reclaimed like any engine's. To run two servers on one host, give each its
     own O(name), O(port), O(gpu_check) C(gpus) and C(CUDA_VISIBLE_DEVICES) in O(env).
 author:

@@ -248,6 +248,18 @@ def test_b_on_gpus_that_overlap_a_is_refused_naming_a(host):
     observed("b overlapping a refused", a_before=a_before["pid"], a_after=a.record()["pid"])
 
 
+def test_b_on_the_port_of_a_is_refused_naming_a(host):
+    a = host.instance("a")
+    b = host.instance("b", port=a.port)
+    a_before = host.start(a)
+    run = host.play(b, "fast")
+    assert run.rc != 0
+    assert ("nothing was stopped: port %d on 127.0.0.1 is taken by instance a (pid %d, variant fast), which is not "
+            "instance 'b'" % (a.port, a_before["pid"])) in flat(run)
+    a.serving("fast", pid=a_before["pid"])
+    assert b.record() is None and b.engines() == []
+
+
 @pytest.mark.parametrize("version", [1, 2])
 def test_a_leftover_of_a_stopped_instance_is_reclaimed(host, tmp_path, version):
     """An engine worker of `a` that outlived a's record (its marker names a, which no longer serves) on

@@ -10,10 +10,11 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
-from ansible_collections.inferops.serving.plugins.module_utils import _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import _marker, _procs, _supervisor
 
 
 def test_state_store_atomic_0600_and_corrupt(tmp_path):
@@ -93,3 +94,31 @@ def test_systemd_supervisor_drives_systemctl(tmp_path):
     assert started["pid"] == os.getpid() and sup.exit_code(started) is None and sup.alive(started)
     sup.stop(started, 1)
     assert ["stop", "inferops-q.service"] in calls
+
+
+def test_a_stop_never_takes_in_another_instances_process_from_the_recorded_group(tmp_path):
+    """An engine of `a` whose process group also holds a process of `b` (b's marker): a's stop ends its
+    own processes and leaves b's alive."""
+    state = str(tmp_path)
+    b_env = dict(os.environ, INFEROPS_INSTANCE=_marker.make("b", state).value())
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+            "env=%r); time.sleep(60)" % b_env)
+    leader = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                              env=dict(os.environ, INFEROPS_INSTANCE=_marker.make("a", state).value()))
+    try:
+        deadline = time.monotonic() + 10
+        while not _marker.carriers(_marker.identity("b", state)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        b_pid = list(_marker.carriers(_marker.identity("b", state)))[0]
+        assert _procs.read_proc(b_pid).pgid == leader.pid  # in a's group
+        sup = _supervisor.ProcessSupervisor("a", state, state)
+        record = {"pid": leader.pid, "pgid": leader.pid, "starttime": _procs.read_proc(leader.pid).starttime}
+        assert sorted(sup.processes(record)) == [leader.pid]
+        assert b_pid not in sup.stop(record, 5, grace=1)
+        assert leader.wait(5) == -15 and _procs.alive(b_pid)
+    finally:
+        if leader.poll() is None:
+            leader.kill()
+            leader.wait()
+        for pid in _marker.carriers(_marker.identity("b", str(tmp_path))):
+            os.kill(pid, 9)
