@@ -89,7 +89,7 @@ import os
 from ansible import __version__ as ANSIBLE_VERSION
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts
+from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts, _results_dir
 
 # the exit status of a run whose only problem is a regression (ansible's generic error)
 REGRESSION_EXIT = 1
@@ -128,11 +128,8 @@ class CallbackModule(CallbackBase):
         self._add(result, "ignored" if ignore_errors else "failed")
 
     def _results_dir(self):
-        configured = self.get_option("results_dir")
-        if configured:
-            return os.path.abspath(os.path.expanduser(configured))
-        base = os.path.dirname(os.path.abspath(self.playbook)) if self.playbook else os.getcwd()
-        return os.path.join(base, "results")
+        return _results_dir.resolve(self.get_option("results_dir"),
+                                    os.path.dirname(os.path.abspath(self.playbook)) if self.playbook else None)
 
     def _comparison(self, stats):
         """The variant comparison the playbook published with set_stats, [(host, verdict)]."""
