@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The bench_summary filter: a throughput_bench result as compact rows, for set_stats / AWX artifacts."""
+"""The bench_summary filter (a throughput_bench result as compact rows, for set_stats / AWX artifacts) and
+bench_repeats (its levels as one list per repeat)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ def bench_summary(result, host=None):
     return _bench_facts.bench_summary(result, host)
 
 
+def bench_repeats(levels):
+    if not isinstance(levels, list):
+        raise AnsibleFilterError("bench_repeats expects the results list of a throughput_bench result, got %s"
+                                 % type(levels).__name__)
+    return _bench_facts.split_repeats(levels)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"bench_summary": bench_summary}
+        return {"bench_summary": bench_summary, "bench_repeats": bench_repeats}

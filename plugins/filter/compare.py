@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The compare_variants filter: the variants benchmarked on one host, compared with repeats and confidence intervals."""
+"""The filters of compare.yml and tune.yml: the variants benchmarked on one host, compared with repeats and
+confidence intervals (compare_variants); what serves afterwards (compare_keep); whether -e slo and
+-e slo_attainment are valid (slo_problems)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,14 @@ def compare_variants(results, host, order, objective_metric=None, slo_attainment
         raise AnsibleFilterError("compare_variants: %s" % exc)
 
 
+def compare_keep(verdict, keep, order, before=None):
+    return _compare.keep_plan(verdict, keep, list(order), before or None)
+
+
+def slo_problems(slo, attainment):
+    return _compare.slo_problems(slo, attainment)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"compare_variants": compare_variants}
+        return {"compare_variants": compare_variants, "compare_keep": compare_keep, "slo_problems": slo_problems}

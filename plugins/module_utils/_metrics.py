@@ -16,8 +16,30 @@ from __future__ import annotations
 
 import re
 
-SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+# The targets an SLO may set, each in milliseconds: the one list, for throughput_bench's argument spec and
+# for compare.yml / tune.yml, which check -e slo before anything runs.
+SLO_TARGETS = (("ttft_ms", "time to first token"), ("tpot_ms", "time per output token"),
+               ("e2e_ms", "end-to-end latency"))
 
+
+def slo_problems(slo):
+    """Why slo (a mapping of SLO_TARGETS keys to milliseconds) is not a valid SLO: a list of messages,
+    empty when it is. A target is a positive number; None means unset."""
+    if not isinstance(slo, dict):
+        return ["slo must be a mapping of %s to milliseconds, got %r" % (", ".join(k for k, _ in SLO_TARGETS), slo)]
+    known = [k for k, _ in SLO_TARGETS]
+    problems = ["slo: %r is not a target; the targets are %s" % (k, ", ".join(known)) for k in slo if k not in known]
+    for key in known:
+        value = slo.get(key)
+        if value is None:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+        if isinstance(value, bool) or number is None or not number > 0:
+            problems.append("slo: %s must be a positive number of milliseconds, got %r" % (key, value))
+    return problems
 
 def percentile(ordered, q):
     """Linear interpolation between closest ranks (numpy's default) of an ascending list."""

@@ -363,7 +363,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.serving.plugins.module_utils import _bench, _openai_stream as _stream
+from ansible_collections.inferops.serving.plugins.module_utils import _bench, _metrics, _openai_stream as _stream
 
 
 def _summary(result):
@@ -386,8 +386,7 @@ def main():
             warmup=dict(type="int", default=1),
             api_key=dict(type="str", no_log=True),
             timeout=dict(type="float", default=600.0),
-            slo=dict(type="dict", options=dict(ttft_ms=dict(type="float"), tpot_ms=dict(type="float"),
-                                               e2e_ms=dict(type="float"))),
+            slo=dict(type="dict", options=dict((key, dict(type="float")) for key, dummy in _metrics.SLO_TARGETS)),
             metrics_url=dict(type="str"),
             labels=dict(type="dict", default={}),
             engine=dict(type="str", default="auto", choices=list(_bench.ENGINES)),
@@ -408,9 +407,8 @@ def main():
     if p["timeout"] <= 0:
         module.fail_json(msg="timeout must be a positive number of seconds, got %s" % p["timeout"])
     slo = dict((k, v) for k, v in (p["slo"] or {}).items() if v is not None)
-    bad = [k for k, v in slo.items() if v <= 0]
-    if bad:
-        module.fail_json(msg="slo: targets are positive milliseconds, got %s" % dict((k, slo[k]) for k in bad))
+    if _metrics.slo_problems(slo):
+        module.fail_json(msg="; ".join(_metrics.slo_problems(slo)))
     try:
         target = _stream.Target(p["url"])
     except ValueError as exc:

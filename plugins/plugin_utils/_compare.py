@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import statistics
 
+from ansible_collections.inferops.serving.plugins.module_utils import _metrics
 from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts
 
 DEFAULT_SEED = 19
@@ -352,6 +353,49 @@ def compare(host, results, order, objective_metric=None, seed=DEFAULT_SEED, resa
               "objective": {"metric": metric, "concurrency": conc}}
     result["lines"] = _lines(result, order)
     return result
+
+
+KEEP_WORDS = ("best", "previous", "last")
+
+
+def keep_plan(verdict, keep, order, before=None):
+    """What serves once a comparison is over (compare.yml's and tune.yml's keep). verdict: compare()'s; keep:
+    best (the winner), previous (what served before), last (the last variant of order that did not fail) or
+    a variant's name; before: the variant that served before the comparison, or None.
+
+    Without a winner (every variant failed, or none met the SLO) best falls back to previous, and so does
+    last when every variant failed: the host ends as it began. Returns {"serve": variant or None, "stop":
+    whether nothing should serve (nothing did before), "fail": why the run fails, or None}."""
+    failed = [row["variant"] for row in verdict.get("failed_variants") or ()]
+    if keep == "best":
+        chosen = verdict.get("winner")
+    elif keep == "last":
+        chosen = ([v for v in order if v not in failed] or [None])[-1]
+    elif keep == "previous":
+        chosen = None
+    else:
+        chosen = keep
+    serve = chosen or before or None
+    fail = None
+    if verdict.get("reference") is None:  # the first variant that did not fail: none did
+        fail = "compare %s: every variant failed, nothing was measured (%s serves, as before): %s" % (
+            verdict.get("host"), before or "nothing",
+            " | ".join("%s: %s" % (row["variant"], row["reason"]) for row in verdict.get("failed_variants") or ()))
+    return {"serve": serve, "stop": serve is None, "fail": fail}
+
+
+def slo_problems(slo, attainment):
+    """compare.yml's and tune.yml's -e slo (throughput_bench's targets: _metrics.slo_problems) and
+    -e slo_attainment (a share above 0 and at most 1): messages, empty when both are good."""
+    problems = _metrics.slo_problems(slo if slo is not None else {})
+    try:
+        share = float(attainment)
+    except (TypeError, ValueError):
+        share = None
+    if isinstance(attainment, bool) or share is None or not 0 < share <= 1:
+        problems.append("slo_attainment is the share of requests that must meet the SLO, above 0 and at most 1, "
+                        "got %r" % (attainment,))
+    return problems
 
 
 def _lines(result, order):

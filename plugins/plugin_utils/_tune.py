@@ -95,6 +95,35 @@ def measured(history, host, fingerprint, digest, repeats):
     return [sorted(groups[key], key=lambda rec: rec.get("concurrency") or 0) for key in newest]
 
 
+def failure_key(host, fingerprint, digest):
+    """The key of a candidate in tune-failures-HOST.json: one configuration, benchmarked one way, on one host."""
+    return "%s %s %s" % (host, fingerprint, digest)
+
+
+def plan_candidate(history, failures, host, fingerprint, digest, repeats, fresh=False, retry_failed=False):
+    """What a tune does with one candidate, planned: {"key", "measure": bool, "result": {"repeats": [...]} |
+    {"failed": why} | None}. Its repeats from the history when it holds enough of them (unless fresh); else
+    "failed before, not retried" when it failed to start here before (unless retry_failed); else measure it."""
+    key = failure_key(host, fingerprint, digest)
+    done = [] if fresh else measured(history, host, fingerprint, digest, repeats)
+    if done:
+        return {"key": key, "measure": False, "result": {"repeats": done}}
+    if key in (failures or {}) and not retry_failed:
+        return {"key": key, "measure": False,
+                "result": {"failed": "failed before, not retried (tune_retry_failed=true retries it): %s" % failures[key]}}
+    return {"key": key, "measure": True, "result": None}
+
+
+def new_failures(failures, failed_variants, measured_now, keys):
+    """tune-failures-HOST.json after a tune: failures plus each candidate measured in this run that failed
+    (failed_variants: the verdict's rows), under its key (keys: variant -> failure_key)."""
+    out = dict(failures or {})
+    for row in failed_variants or ():
+        if row["variant"] in measured_now:
+            out[keys[row["variant"]]] = row["reason"]
+    return out
+
+
 def tuned_entry(base, verdict, catalog):
     """The winner as a catalog entry ready to paste (YAML text): extends base, its engine_args, and its
     measured figures in a comment."""

@@ -325,3 +325,41 @@ def test_markdown_table_puts_variants_side_by_side(known):
     assert "| \u00d71.4" in body[1] and body[1].endswith("] * |")
     assert len([line for line in lines if line.startswith("| ") and line[2].isdigit()]) == 6
     assert "- broken failed: engine \\| exited" in lines
+
+
+def verdict(winner, reference="a", failed=()):
+    return {"host": HOST, "winner": winner, "reference": reference,
+            "failed_variants": [{"host": HOST, "variant": v, "reason": "exited with code 1"} for v in failed]}
+
+
+@pytest.mark.parametrize("keep, result, before, serve", [
+    ("best", verdict("b"), "x", "b"),
+    ("best", verdict(None), "x", "x"),  # no winner (none met the SLO): what served before
+    ("best", verdict(None), None, None),  # ... and nothing served before: stop
+    ("previous", verdict("b"), "x", "x"),
+    ("previous", verdict("b"), "", None),
+    ("last", verdict("a", failed=["c"]), "x", "b"),  # the last that did not fail
+    ("last", verdict(None, reference=None, failed=["a", "b", "c"]), "x", "x"),
+    ("c", verdict("b"), "x", "c"),
+])
+def test_what_serves_after_a_comparison(keep, result, before, serve):
+    plan = cmp.keep_plan(result, keep, ["a", "b", "c"], before)
+    assert plan["serve"] == serve and plan["stop"] == (serve is None)
+    assert plan["fail"] is None if result["reference"] else plan["fail"].startswith(
+        "compare %s: every variant failed, nothing was measured (%s serves, as before): a: exited with code 1 | "
+        "b: exited with code 1" % (HOST, before or "nothing"))
+
+
+@pytest.mark.parametrize("slo, attainment, problems", [
+    ({"tpot_ms": 50, "ttft_ms": "2000"}, 0.9, []),
+    ({}, 1, []),
+    ({"tpot": 6}, 0.9, ["slo: 'tpot' is not a target; the targets are ttft_ms, tpot_ms, e2e_ms"]),
+    ({"tpot_ms": 0}, 0.9, ["slo: tpot_ms must be a positive number of milliseconds, got 0"]),
+    ({"e2e_ms": "soon"}, "0.5", ["slo: e2e_ms must be a positive number of milliseconds, got 'soon'"]),
+    ({"ttft_ms": True}, 0.9, ["slo: ttft_ms must be a positive number of milliseconds, got True"]),
+    ({}, 0, ["slo_attainment is the share of requests that must meet the SLO, above 0 and at most 1, got 0"]),
+    ({}, 1.5, ["slo_attainment is the share of requests that must meet the SLO, above 0 and at most 1, got 1.5"]),
+    ("fast", 0.9, ["slo must be a mapping of ttft_ms, tpot_ms, e2e_ms to milliseconds, got 'fast'"]),
+])
+def test_an_slo_is_checked_as_throughput_bench_checks_it(slo, attainment, problems):
+    assert cmp.slo_problems(slo, attainment) == problems

@@ -75,3 +75,33 @@ def test_the_winner_becomes_a_catalog_entry_with_its_figures():
     assert text.endswith("tuned-nextn:\n  extends: nextn\n  engine_args:\n    speculative_num_steps: 3\n")
     assert _tune.tuned_entry("nextn", dict(verdict, winner="nextn"), catalog) == "# tune nextn: nextn is not a candidate of nextn\n"
     assert _tune.tuned_entry("nextn", dict(verdict, winner=None), catalog) == "# tune nextn: no candidate won\n"
+
+
+def test_each_candidate_is_measured_taken_from_the_history_or_skipped_as_failed_before():
+    history = _tune.parse_history("\n".join(json.dumps(record(1, r, 8, 80.0 + r)) for r in range(2)))
+    key = _tune.failure_key("h", "sha256:a", "bench:1")
+    assert key == "h sha256:a bench:1"
+    taken = _tune.plan_candidate(history, {}, "h", "sha256:a", "bench:1", 2)
+    assert taken["key"] == key and not taken["measure"]
+    assert [[lvl["output_throughput"] for lvl in r] for r in taken["result"]["repeats"]] == [[80.0], [81.0]]
+    # fresh measures it again, whatever the history holds
+    assert _tune.plan_candidate(history, {}, "h", "sha256:a", "bench:1", 2, fresh=True) == {
+        "key": key, "measure": True, "result": None}
+    # too few repeats: measure; one that failed to start before: skipped with its reason, unless retried
+    assert _tune.plan_candidate(history, {}, "h", "sha256:a", "bench:1", 3)["measure"]
+    failed = _tune.plan_candidate(history, {key: "exited with code 2"}, "h", "sha256:a", "bench:1", 3)
+    assert failed == {"key": key, "measure": False, "result": {
+        "failed": "failed before, not retried (tune_retry_failed=true retries it): exited with code 2"}}
+    assert _tune.plan_candidate(history, {key: "x"}, "h", "sha256:a", "bench:1", 3, retry_failed=True)["measure"]
+    # the history wins over a failure recorded before (it was measured since)
+    assert not _tune.plan_candidate(history, {key: "x"}, "h", "sha256:a", "bench:1", 2)["measure"]
+
+
+def test_only_candidates_measured_now_that_failed_are_remembered():
+    old = {"h f0 d": "exited with code 1"}
+    rows = [{"variant": "b+x=1", "reason": "exited with code 2"}, {"variant": "b+x=2", "reason": "failed before"},
+            {"variant": "b+x=3", "reason": "refused"}]
+    keys = {"b+x=1": "h f1 d", "b+x=2": "h f2 d", "b+x=3": "h f3 d"}
+    assert _tune.new_failures(old, rows, ["b+x=1", "b+x=3"], keys) == {
+        "h f0 d": "exited with code 1", "h f1 d": "exited with code 2", "h f3 d": "refused"}
+    assert old == {"h f0 d": "exited with code 1"}  # not changed in place
