@@ -419,15 +419,6 @@ class _Protocol(asyncio.BufferedProtocol):
             except RequestError as exc:
                 response.fail(exc.kind, str(exc))
 
-    def data_received(self, data):
-        t = self.clock()
-        response = self.response
-        if response is not None:
-            try:
-                response.feed(data, t)
-            except RequestError as exc:
-                response.fail(exc.kind, str(exc))
-
     def eof_received(self):
         self.closed = True
         if self.response is not None:

@@ -77,10 +77,6 @@ class ProcInfo(object):
             return os.path.basename(self.argv[0])
         return self.comm
 
-    def to_dict(self):
-        return {"pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "name": self.name,
-                "cmdline": self.cmdline}
-
 
 def _read(path, mode="r"):
     with open(path, mode) as handle:

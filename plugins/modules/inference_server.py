@@ -654,12 +654,8 @@ def main():
     host = _server.Host(module.run_command, lambda: module.get_bin_path("nvidia-smi"))
     try:
         changed, result, diff = _server.reconcile(p, host, check_mode=module.check_mode)
-    except _engines.EngineError as exc:
-        module.fail_json(msg=str(exc))
-    except _server.ServerError as exc:
+    except _server.ServerError as exc:  # reconcile() turns EngineError and SupervisorError into it
         module.fail_json(msg=str(exc), **exc.extra)
-    except _supervisor.SupervisorError as exc:
-        module.fail_json(msg=str(exc))
     if module._diff:
         result["diff"] = diff
     module.exit_json(changed=changed, **result)

@@ -185,9 +185,6 @@ class RunCollector(object):
         fingerprint = bench["labels"].get("fingerprint") or server.get("fingerprint")
         return str(variant), fingerprint
 
-    def has_benchmarks(self):
-        return any(h["benchmarks"] for h in self.hosts.values())
-
     def is_empty(self):
         return not self.hosts
 
