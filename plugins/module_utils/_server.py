@@ -102,7 +102,8 @@ class Context(object):
                        "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
                        "engine_version": None, "supervisor": self.kind, "log": self.sup.log_path,
                        "state_file": self.sup.store.path, "healthy": None, "loading": False, "reason": None,
-                       "outcome": None, "served_model": None}
+                       "outcome": None, "served_model": None,
+                       "switch_timeout_s": 2 * params["ready_timeout"] + 2 * params["stop_timeout"] + 300.0}
 
     def load(self):
         record = self.sup.store.load()

@@ -61,6 +61,7 @@ author:
   - inferops.serving maintainers (@inferops)
 extends_documentation_fragment:
   - inferops.serving.attributes
+  - inferops.serving.instance
 attributes:
   check_mode:
     support: full
@@ -75,10 +76,6 @@ requirements:
   - Linux C(/proc) to inspect and signal the engine's processes.
   - The engine itself on the target (C(sglang), C(vllm), C(tensorrt_llm) or C(transformers[serving])).
 options:
-  name:
-    description: Instance name; one server per name per host. Letters, digits, C(.), C(_) and C(-).
-    type: str
-    required: true
   state:
     description:
       - V(started) keeps the server running with this configuration. It restarts it when the fingerprint (or a
@@ -104,14 +101,6 @@ options:
       - Model path or hub id. It is the model requests name unless O(served_model_name) is set.
       - Required with O(state=started) and O(state=restarted).
     type: str
-  host:
-    description: Address the server listens on. The readiness probe uses C(127.0.0.1) for C(0.0.0.0).
-    type: str
-    default: 127.0.0.1
-  port:
-    description: TCP port the server listens on (1-65535). A port taken by anything else is an error before start.
-    type: int
-    required: true
   api_key:
     description:
       - API key the server requires, sent as a bearer token by the readiness probe.
@@ -166,12 +155,6 @@ options:
       - A later run with V(true) and the same configuration waits for that server without restarting it.
     type: bool
     default: true
-  ready_timeout:
-    description:
-      - Seconds from the start to readiness before failing (and stopping the new server). Large models need long.
-      - It counts from the start of the server, also across calls that resume the wait (see O(ready_wait)).
-    type: float
-    default: 1800
   ready_wait:
     description:
       - At most this many seconds of this call go to waiting for readiness. A server not ready by then keeps
@@ -241,40 +224,6 @@ options:
         description: Fail when no NVIDIA GPU can be seen (V(false) passes on hosts without GPUs).
         type: bool
         default: true
-  stop_timeout:
-    description: Seconds from the first SIGTERM to SIGKILL when stopping (C(TimeoutStopSec) for systemd).
-    type: float
-    default: 120
-  stop_grace:
-    description:
-      - Seconds between the SIGTERM to the engine's main process and the SIGTERM to the rest of its process
-        group (the C(process) supervisor; at most O(stop_timeout)).
-      - Default per engine, long enough for its own shutdown. V(sglang) 30 (it drains, then waits up to 15 s
-        for its schedulers to release), V(vllm) 15, the others 10.
-      - The stop of a running server uses that server's engine's default.
-    type: float
-  state_dir:
-    description: Directory of the state files (C(NAME.json), mode 0600).
-    type: path
-    default: /var/lib/inferops/serving
-  log_dir:
-    description: Directory of the engine logs (C(NAME.log), appended at every start).
-    type: path
-    default: /var/log/inferops
-  supervisor:
-    description:
-      - V(auto) uses systemd when it is PID 1 and usable, else V(process).
-    type: str
-    choices: [auto, systemd, process]
-    default: auto
-  lock_timeout:
-    description:
-      - Seconds to wait while another run changes this instance (holds its lock) before failing with
-        C(nothing was stopped), naming who holds the lock and since when. The default lets a short change (a plan,
-        a stop, a small model's switch) finish; raise it to queue a switch behind a long model load.
-      - A call that wants the configuration a switch under way brings up joins that switch instead.
-    type: float
-    default: 60
   flag_check:
     description:
       - Before anything is stopped, run the engine's own help (C(python -m sglang.launch_server --help),
@@ -413,12 +362,20 @@ log:
   description: Path of the engine log.
   returned: always
   type: str
-  sample: /var/log/inferops/qwen.log
+  sample: /srv/inferops/log/qwen.log
 state_file:
   description: Path of the state file.
   returned: always
   type: str
-  sample: /var/lib/inferops/serving/qwen.json
+  sample: /srv/inferops/state/qwen.json
+switch_timeout_s:
+  description:
+    - The longest a switch of this call may take on the host, in seconds - the new server's stop and load, then
+      the previous server's restore (its stop and load), with 300 s for the GPU checks (2 * O(ready_timeout) +
+      2 * O(stop_timeout) + 300). The C(inferops.serving.inference_server) role waits for a long load that long.
+  returned: always
+  type: float
+  sample: 4140.0
 current:
   description:
     - What the state file recorded before this run (the server this run keeps, replaces or stops), null when
@@ -566,7 +523,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _idle_check, _server, _supervisor
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _idle_check, _instance_args, _server
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -611,12 +568,9 @@ def validate(p):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            name=dict(type="str", required=True),
             state=dict(type="str", default="started", choices=["started", "stopped", "restarted"]),
             engine=dict(type="str", choices=list(_engines.ENGINES)),
             model=dict(type="str"),
-            host=dict(type="str", default="127.0.0.1"),
-            port=dict(type="int", required=True),
             api_key=dict(type="str", no_log=True),
             served_model_name=dict(type="str"),
             engine_args=dict(type="dict", default={}),
@@ -626,17 +580,11 @@ def main():
             env=dict(type="dict", default={}),
             variant=dict(type="str"),
             wait=dict(type="bool", default=True),
-            ready_timeout=dict(type="float", default=1800.0),
             ready_wait=dict(type="float"),
             gpu_check=dict(type="dict", options=_idle_check.ARGUMENT_SPEC),
-            stop_timeout=dict(type="float", default=120.0),
-            stop_grace=dict(type="float"),
-            state_dir=dict(type="path", default="/var/lib/inferops/serving"),
-            log_dir=dict(type="path", default="/var/log/inferops"),
-            supervisor=dict(type="str", default="auto", choices=list(_supervisor.SUPERVISORS)),
-            lock_timeout=dict(type="float", default=60.0),
             flag_check=dict(type="bool", default=True),
             switch_id=dict(type="str"),
+            **_instance_args.INSTANCE_SPEC
         ),
         required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],
         supports_check_mode=True,
