@@ -17,9 +17,9 @@ def resolve_variant(catalog, name, engine=None, model=None):
         raise AnsibleFilterError(str(exc))
 
 
-def variant_names(catalog):
+def variant_names(catalog, engine=None, model=None):
     try:
-        return sorted(_variants.resolve_all(catalog))
+        return sorted(_variants.resolve_all(catalog, engine, model))
     except _variants.VariantError as exc:
         raise AnsibleFilterError(str(exc))
 
