@@ -339,8 +339,9 @@ def _start(ctx, adapter, version, launch):
         if ctx.check_mode:
             result.update(loading=True, outcome=_switch.LOADING)
             return False, result, diff
-        switch = _switch.Switch(sup, params, launch, version, record, False, False, previous, previous_params,
-                                ctx.host.verify, _what(params, launch))
+        switch = _switch.Switch(sup, params, launch, version=version, old=record, stop_old=False, start_new=False,
+                                previous=previous, previous_params=previous_params, verify_gpus=ctx.host.verify,
+                                what=_what(params, launch))
         return _run(ctx, switch, False, diff)
     result["reason"] = reason or _start_reason(record, running, same, launch.fingerprint)
     if record and record.get("pid") and not running:  # how it ended, as its watchdog recorded it
@@ -365,8 +366,9 @@ def _switch_to(ctx, adapter, version, launch, record, running, restore, diff):
         raise _switch.nothing_stopped("; ".join(blockers), **result)
     if ctx.check_mode:
         return True, result, diff
-    switch = _switch.Switch(sup, params, launch, version, record, bool(record) or bool(spared), True, restore[0],
-                            restore[1], ctx.host.verify, _what(params, launch))
+    switch = _switch.Switch(sup, params, launch, version=version, old=record, stop_old=bool(record) or bool(spared),
+                            start_new=True, previous=restore[0], previous_params=restore[1],
+                            verify_gpus=ctx.host.verify, what=_what(params, launch))
     return _run(ctx, switch, True, diff)
 
 

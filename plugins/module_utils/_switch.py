@@ -189,12 +189,14 @@ def stored_params(params):
 class Switch(object):
     """One switch, decided by the module; run() carries it out (in the detached process).
 
-    old: the record of what runs (stopped first when stop_old), or of a server left loading (waited for
-    when start_new is false). previous / previous_params: the last server that was ready (public record,
-    module parameters), restored on failure; None when nothing served."""
+    sup, params, launch: the instance's supervisor, the module parameters and the launch they build. The
+    rest by keyword: version (the engine's), old (the record of what runs, stopped first when stop_old, or
+    of a server left loading, waited for when start_new is false), previous / previous_params (the last
+    server that was ready, its public record and module parameters, restored on failure; None when nothing
+    served), verify_gpus (the GPU check, Host.verify) and what (what the lock holder says it does)."""
 
-    def __init__(self, sup, params, launch, version, old, stop_old, start_new, previous, previous_params,
-                 verify_gpus, what):
+    def __init__(self, sup, params, launch, *, version=None, old=None, stop_old=False, start_new=True,
+                 previous=None, previous_params=None, verify_gpus, what):
         self.sup = sup
         self.params = params
         self.launch = launch

@@ -137,8 +137,9 @@ def _switch_to(tmp_path, sup, new, failing_previous=False, with_previous_params=
         sup.failing.add("old-engine")
     params = _params(state_dir, new, new)
     launch = _engines.adapter("command").build(params)
-    switch = _switch.Switch(sup, params, launch, None, old, True, True, dict(old),
-                            old_params if with_previous_params else None, lambda check, mode, owner=None: {}, "switch to " + new)
+    switch = _switch.Switch(sup, params, launch, old=old, stop_old=True, previous=dict(old),
+                            previous_params=old_params if with_previous_params else None,
+                            verify_gpus=lambda check, mode, owner=None: {}, what="switch to " + new)
     return switch.run()
 
 
@@ -200,10 +201,10 @@ def test_a_crash_of_the_switch_code_itself_still_ends_in_a_known_state(tmp_path,
     old_params = _params(state_dir, "old-engine", "old")
     sup.running[50] = "old-engine"
     params = dict(_params(state_dir, "new-engine", "new"), gpu_check={"timeout": 1})
-    switch = _switch.Switch(sup, params, _engines.adapter("command").build(params), None,
-                            {"pid": 50, "variant": "old", "url": "u", "fingerprint": "f"}, True, True,
-                            {"pid": 50, "variant": "old", "url": "u", "fingerprint": "f"}, old_params,
-                            broken_check, "switch to new")
+    switch = _switch.Switch(sup, params, _engines.adapter("command").build(params),
+                            old={"pid": 50, "variant": "old", "url": "u", "fingerprint": "f"}, stop_old=True,
+                            previous={"pid": 50, "variant": "old", "url": "u", "fingerprint": "f"},
+                            previous_params=old_params, verify_gpus=broken_check, what="switch to new")
     data = switch.run()
     assert data["outcome"] == "restore_failed" and "SystemExit" in data["msg"] and data["error"]
 
@@ -223,7 +224,7 @@ def test_gpu_check_failure_after_the_stop_is_a_switch_failure(tmp_path, ready_pr
     sup.running[50] = "old-engine"
     params = dict(_params(state_dir, "new-engine", "new"), gpu_check={"timeout": 1})
     old = {"pid": 50, "variant": "old", "url": "u", "fingerprint": "f"}
-    data = _switch.Switch(sup, params, _engines.adapter("command").build(params), None, old, True, True, dict(old),
-                          old_params, check, "switch to new").run()
+    data = _switch.Switch(sup, params, _engines.adapter("command").build(params), old=old, stop_old=True,
+                          previous=dict(old), previous_params=old_params, verify_gpus=check, what="switch to new").run()
     assert data["outcome"] == "rolled_back" and "GPUs not clean (sv was not started): GPU 3 held" in data["msg"]
     assert sup.events == [("stop", "old-engine"), ("start", "old-engine")]  # the new one never started
