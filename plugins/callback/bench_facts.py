@@ -89,7 +89,7 @@ import os
 from ansible import __version__ as ANSIBLE_VERSION
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts, _results_dir
+from ansible_collections.inferops.serving.plugins.plugin_utils import _results_collect, _results_dir, _results_run
 
 # the exit status of a run whose only problem is a regression (ansible's generic error)
 REGRESSION_EXIT = 1
@@ -103,7 +103,7 @@ class CallbackModule(CallbackBase):
 
     def __init__(self, *args, **kwargs):
         super(CallbackModule, self).__init__(*args, **kwargs)
-        self.collector = _bench_facts.RunCollector()
+        self.collector = _results_collect.RunCollector()
         self.playbook = None
         self.outcome = None
 
@@ -134,9 +134,9 @@ class CallbackModule(CallbackBase):
     def _comparison(self, stats):
         """The variant comparison the playbook published with set_stats, [(host, verdict)]."""
         try:
-            return _bench_facts.compare_verdicts(getattr(stats, "custom", None), self.collector.order)
+            return _results_collect.compare_verdicts(getattr(stats, "custom", None), self.collector.order)
         except Exception as exc:  # as _add
-            self._display.warning("bench_facts: could not read the %s stats: %s" % (_bench_facts.COMPARE_STAT, exc))
+            self._display.warning("bench_facts: could not read the %s stats: %s" % (_results_collect.COMPARE_STAT, exc))
             return []
 
     def v2_playbook_on_stats(self, stats):
@@ -146,7 +146,7 @@ class CallbackModule(CallbackBase):
         try:
             threshold = float(self.get_option("regression_threshold"))
             results_dir = self._results_dir()
-            self.outcome = _bench_facts.finish(self.collector, results_dir, self.playbook, ANSIBLE_VERSION, threshold,
+            self.outcome = _results_run.finish(self.collector, results_dir, self.playbook, ANSIBLE_VERSION, threshold,
                                                compare=compare)
         except Exception as exc:  # never fail or lose the play over our bookkeeping
             self._display.warning("bench_facts: results not recorded: %s" % exc)

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts
+from ansible_collections.inferops.serving.plugins.plugin_utils import _results_collect, _results_history
 
 
 def bench_summary(result, host=None):
     if not isinstance(result, dict):
         raise AnsibleFilterError("bench_summary expects a throughput_bench result (a dict), got %s"
                                  % type(result).__name__)
-    return _bench_facts.bench_summary(result, host)
+    return _results_history.bench_summary(result, host)
 
 
 def bench_repeats(levels):
     if not isinstance(levels, list):
         raise AnsibleFilterError("bench_repeats expects the results list of a throughput_bench result, got %s"
                                  % type(levels).__name__)
-    return _bench_facts.split_repeats(levels)
+    return _results_collect.split_repeats(levels)
 
 
 class FilterModule(object):

@@ -8,11 +8,23 @@ failure), the failures to remember, the winner as a catalog entry."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _tune
+from ansible_collections.inferops.serving.plugins.plugin_utils import _results_history, _tune
+
+
+def _count(filter_name, what, value):
+    """A whole number given to a filter (a template may pass it as text), or an error naming it."""
+    try:
+        if isinstance(value, bool) or float(value) != int(float(value)):
+            raise ValueError(value)
+        return int(float(value))
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("%s: %s must be a whole number, got %r" % (filter_name, what, value))
 
 
 def tune_candidates(catalog, base, grid, max_candidates=_tune.DEFAULT_MAX_CANDIDATES):
+    max_candidates = _count("tune_candidates", "max_candidates (tune_max_candidates)", max_candidates)
     try:
         return _tune.candidates(catalog, base, grid, max_candidates)
     except _tune.TuneError as exc:
@@ -24,7 +36,8 @@ def bench_digest(bench):
 
 
 def tune_measured(history_text, host, fingerprint, digest, repeats):
-    return _tune.measured(_tune.parse_history(history_text), host, fingerprint, digest, repeats)
+    return _tune.measured(_results_history.parse_history(history_text), host, fingerprint, digest,
+                          _count("tune_measured", "repeats", repeats))
 
 
 def tune_entry(verdict, base, catalog):
@@ -32,8 +45,9 @@ def tune_entry(verdict, base, catalog):
 
 
 def tune_plan(history_text, failures, host, fingerprint, digest, repeats, fresh=False, retry_failed=False):
-    return _tune.plan_candidate(_tune.parse_history(history_text), failures, host, fingerprint, digest, int(repeats),
-                                fresh=bool(fresh), retry_failed=bool(retry_failed))
+    return _tune.plan_candidate(_results_history.parse_history(history_text), failures, host, fingerprint, digest,
+                                _count("tune_plan", "repeats", repeats), fresh=boolean(fresh, strict=False),
+                                retry_failed=boolean(retry_failed, strict=False))
 
 
 def tune_failures(failures, failed_variants, measured_now, keys):

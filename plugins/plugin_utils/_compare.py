@@ -19,39 +19,26 @@ import random
 import statistics
 
 from ansible_collections.inferops.serving.plugins.module_utils import _metrics
-from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts
+from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import (
+    COMPARED, DISTRIBUTIONS, bench_levels, fmt, md_escape, num)
 
 DEFAULT_SEED = 19
 DEFAULT_RESAMPLES = 2000
 CONFIDENCE = 0.95
 
-# What variants are compared on, one row per metric:
-# (key, short label (verdict lines), label (tables), unit, digits printed, which way is better, where in a level).
-# The place is (key,) for a number, (key, "p50") for a distribution (a dict of percentiles). An absent or
-# null figure is skipped, never taken as 0.
-METRICS = (
-    ("output_throughput", "output", "output throughput", "tok/s", 1, "higher", ("output_throughput",)),
-    ("tpot_ms", "TPOT", "TPOT p50", "ms", 2, "lower", ("tpot_ms", "p50")),
-    ("ttft_ms", "TTFT", "TTFT p50", "ms", 1, "lower", ("ttft_ms", "p50")),
-    ("decode_tps_per_request", "decode", "decode tok/s per request p50", "tok/s", 1, "higher",
-     ("decode_tps_per_request", "p50")),
-    ("goodput", "goodput", "goodput", "req/s", 2, "higher", ("goodput",)),
-    ("slo_attainment", "SLO met", "SLO attainment", "", 2, "higher", ("slo_attainment",)),
-    ("acceptance_length", "acceptance", "acceptance length", "", 2, "higher", ("acceptance_length",)),
-)
-METRIC_KEYS = tuple(row[0] for row in METRICS)
-_BY_KEY = dict((row[0], row) for row in METRICS)
+# What variants are compared on: the metric table's COMPARED view (_results_common.Metric rows: key, short
+# label (verdict lines), label (tables), unit, digits printed, which way is better, ...), in rank order. A
+# distribution (DISTRIBUTIONS) is read at its p50. An absent or null figure is skipped, never taken as 0.
+METRICS = COMPARED
+METRIC_KEYS = tuple(metric.key for metric in METRICS)
+_BY_KEY = dict((metric.key, metric) for metric in METRICS)
+# where in a level: (key,) for a number, (key, "p50") for a distribution (a dict of percentiles)
+_PLACES = dict((key, (key, "p50") if key in DISTRIBUTIONS else (key,)) for key in METRIC_KEYS)
 THROUGHPUT, GOODPUT, ATTAINMENT = "output_throughput", "goodput", "slo_attainment"
 
 
 class CompareError(ValueError):
     """Bad input to the comparison; the message says what was wrong and what is allowed."""
-
-
-def _num(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def read_metric(level, key):
@@ -60,11 +47,12 @@ def read_metric(level, key):
     A distribution is read at its p50; a plain number where a distribution is expected (a history
     record, which keeps only the p50) is taken as it is.
     """
-    place = _BY_KEY[key][6]
+    place = _PLACES[key]
     value = level.get(place[0]) if isinstance(level, dict) else None
     if isinstance(value, dict):
         value = value.get(place[1]) if len(place) > 1 else None
-    return _num(value)
+    value = num(value)
+    return None if value is None else float(value)
 
 
 def _median(values):
@@ -139,7 +127,7 @@ def _levels_of(repeat, where):
         if not isinstance(repeat.get("results"), list):
             raise CompareError("%s is a dict without results: a repeat is a list of throughput_bench levels "
                                "or a throughput_bench result" % where)
-        return _bench_facts.bench_levels(repeat)
+        return bench_levels(repeat)
     if not isinstance(repeat, list):
         raise CompareError("%s must be a list of throughput_bench levels or a throughput_bench result, got %s"
                            % (where, type(repeat).__name__))
@@ -212,16 +200,12 @@ def objective(levels_or_summary, slo_set):
     return metric, (concs[-1] if concs else None)
 
 
-def _fmt(value, digits):
-    return "-" if value is None else ("%%.%df" % digits) % value
-
-
 def _fmt_interval(low, high, digits):
-    return "[%s, %s]" % (_fmt(low, digits), _fmt(high, digits))
+    return "[%s, %s]" % (fmt(low, digits, fixed=True), fmt(high, digits, fixed=True))
 
 
 def _with_unit(value, digits, unit):
-    return "%s %s" % (_fmt(value, digits), unit) if unit else _fmt(value, digits)
+    return "%s %s" % (fmt(value, digits, fixed=True), unit) if unit else fmt(value, digits, fixed=True)
 
 
 def _check(host, results, order, objective_metric, slo_attainment=None):
@@ -251,7 +235,7 @@ def _check(host, results, order, objective_metric, slo_attainment=None):
                                "levels), got %r" % (variant, host, entry["repeats"]))
     if objective_metric is not None and objective_metric not in _BY_KEY:
         raise CompareError("objective_metric %r is not one of %s" % (objective_metric, ", ".join(METRIC_KEYS)))
-    if slo_attainment is not None and (_num(slo_attainment) is None or not 0.0 < float(slo_attainment) <= 1.0):
+    if slo_attainment is not None and (num(slo_attainment) is None or not 0.0 < float(slo_attainment) <= 1.0):
         raise CompareError("slo_attainment must be a share of requests above 0 and at most 1 (0.9: nine requests "
                            "in ten meet every SLO target), got %r" % (slo_attainment,))
 
@@ -270,7 +254,7 @@ def _objective_concurrency(metric, summaries, reference):
 
 
 def _winner(metric, conc, summaries, measured):
-    better = _BY_KEY[metric][5]
+    better = _BY_KEY[metric].better
     best = None
     for variant in measured:  # run order: a tie keeps the earlier variant
         cell = (summaries[variant].get(conc) or {}).get(metric)
@@ -335,7 +319,7 @@ def compare(host, results, order, objective_metric=None, seed=DEFAULT_SEED, resa
                 est = ratio(base[level][key]["values"], mine[level][key]["values"], seed, resamples)
                 improved = None
                 if est["significant"]:
-                    improved = (est["ratio"] > 1.0) == (_BY_KEY[key][5] == "higher")
+                    improved = (est["ratio"] > 1.0) == (_BY_KEY[key].better == "higher")
                 comparisons.append({"host": host, "baseline": reference, "variant": variant, "concurrency": level,
                                     "metric": key, "ratio": est["ratio"], "ci_low": est["ci_low"],
                                     "ci_high": est["ci_high"],
@@ -401,7 +385,7 @@ def slo_problems(slo, attainment):
 def _lines(result, order):
     host, reference = result["host"], result["reference"]
     metric, conc = result["objective"]["metric"], result["objective"]["concurrency"]
-    _key, short, _label, unit, digits, _better, _place = _BY_KEY[metric]
+    short, unit, digits = _BY_KEY[metric].short, _BY_KEY[metric].unit, _BY_KEY[metric].digits
     failed = dict((row["variant"], row) for row in result["failed_variants"])
     rows = dict((row["variant"], row) for row in result["comparisons"]
                 if row["concurrency"] == conc and row["metric"] == metric)
@@ -448,17 +432,11 @@ def _cell(summary, conc, key):
     cell = (summary.get(conc) or {}).get(key)
     if cell is None:
         return "-"
-    digits = _BY_KEY[key][4]
-    return "%s %s" % (_fmt(cell["median"], digits), _fmt_interval(cell["ci_low"], cell["ci_high"], digits))
+    digits = _BY_KEY[key].digits
+    return "%s %s" % (fmt(cell["median"], digits, fixed=True), _fmt_interval(cell["ci_low"], cell["ci_high"], digits))
 
 
-def _md_escape(text):
-    return str(text).replace("|", "\\|")
-
-
-_TABLE_COLUMNS = (("output_throughput", "output tok/s"), ("tpot_ms", "TPOT p50 ms"), ("ttft_ms", "TTFT p50 ms"),
-                  ("decode_tps_per_request", "decode tok/s"), ("goodput", "goodput req/s"),
-                  ("slo_attainment", "SLO met"), ("acceptance_length", "acceptance"))
+_TABLE_COLUMNS = tuple((metric.key, metric.column) for metric in METRICS)
 
 
 def markdown_table(result):
@@ -470,7 +448,7 @@ def markdown_table(result):
     out = []
     for res in results:
         host, reference, summaries = res["host"], res["reference"], res["summaries"]
-        out.append("## %s" % _md_escape(host))
+        out.append("## %s" % md_escape(host))
         out.append("")
         if reference is None:
             out.append("No variant was measured.")
@@ -478,7 +456,7 @@ def markdown_table(result):
             rows = dict(((row["variant"], row["concurrency"]), row) for row in res["comparisons"]
                         if row["metric"] == THROUGHPUT)
             out.append("| concurrency | variant | %s | output vs %s |"
-                       % (" | ".join(title for _key, title in _TABLE_COLUMNS), _md_escape(reference)))
+                       % (" | ".join(title for _key, title in _TABLE_COLUMNS), md_escape(reference)))
             out.append("| ---: | --- |%s ---: |" % (" ---: |" * len(_TABLE_COLUMNS)))
             concs = set()
             for summary in summaries.values():
@@ -497,20 +475,20 @@ def markdown_table(result):
                             vs_ref = "\u00d7%.2f %s%s" % (row["ratio"], _fmt_interval(row["ci_low"], row["ci_high"], 2),
                                                           " *" if row["significant"] else "")
                     out.append("| %s | %s | %s | %s |" % (
-                        conc, _md_escape(variant), " | ".join(_cell(summary, conc, key) for key, _title in _TABLE_COLUMNS),
+                        conc, md_escape(variant), " | ".join(_cell(summary, conc, key) for key, _title in _TABLE_COLUMNS),
                         vs_ref))
             out.append("")
             out.append("Median over the repeats [95 %% bootstrap interval]; * the ratio's interval excludes 1. "
                        "Objective: %s at c=%s; winner: %s."
-                       % (_BY_KEY[res["objective"]["metric"]][2], res["objective"]["concurrency"], res["winner"]))
+                       % (_BY_KEY[res["objective"]["metric"]].label, res["objective"]["concurrency"], res["winner"]))
         if res.get("disqualified"):
             out.append("")
             out.extend("- %s disqualified at c=%s: SLO attainment %s, under the %.2f required"
-                       % (_md_escape(row["variant"]), row["concurrency"], _fmt(row["slo_attainment"], 2), row["required"])
+                       % (md_escape(row["variant"]), row["concurrency"], fmt(row["slo_attainment"], 2, fixed=True), row["required"])
                        for row in res["disqualified"])
         if res["failed_variants"]:
             out.append("")
-            out.extend("- %s failed: %s" % (_md_escape(row["variant"]), _md_escape(row["reason"]))
+            out.extend("- %s failed: %s" % (md_escape(row["variant"]), md_escape(row["reason"]))
                        for row in res["failed_variants"])
         out.append("")
     return "\n".join(out)

@@ -65,19 +65,6 @@ def bench_digest(bench):
     return "bench:" + hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
-def parse_history(text):
-    """history.jsonl text -> its records (unreadable lines skipped)."""
-    records = []
-    for line in (text or "").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            records.append(rec)
-    return records
-
-
 def measured(history, host, fingerprint, digest, repeats):
     """The repeats the history holds for this host, fingerprint and benchmark digest, as lists of levels
     (the newest `repeats` of them), or [] when fewer than `repeats` were measured."""

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests of the bench_facts helpers: aggregation, history, regressions, report, chart."""
+"""Unit tests of the bench_facts helpers (plugin_utils/_results_*): aggregation, history, regressions, report, chart."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _bench_facts as bf
+from ansible_collections.inferops.serving.plugins.plugin_utils import (
+    _results_charts, _results_collect, _results_common, _results_history, _results_regressions, _results_report, _results_run)
 from ansible_collections.inferops.serving.plugins.plugin_utils import _compare as cmp
 
 from bench_shapes import bench_result, level
@@ -27,7 +28,7 @@ SERVER = {"changed": True, "argv": ["python", "-m", "sglang.launch_server", "--t
 
 
 def collect(*items):
-    col = bf.RunCollector()
+    col = _results_collect.RunCollector()
     col.add_play("Bench")
     for host, action, result in items:
         col.add(host, action, "task", result)
@@ -38,22 +39,22 @@ def collect(*items):
 
 @pytest.mark.parametrize("action", ["throughput_bench", "inferops.serving.throughput_bench"])
 def test_bench_results_are_known_by_action_name(action):
-    assert bf.classify(action, bench_result()) == "bench"
+    assert _results_collect.classify(action, bench_result()) == "bench"
 
 
 def test_async_status_results_are_known_by_shape_once_finished():
     result = dict(bench_result(), finished=True, started=True, ansible_job_id="1.2")
-    assert bf.classify("ansible.builtin.async_status", result) == "bench"
-    assert bf.classify("async_status", dict(result, finished=False)) is None
-    assert bf.classify("async_status", dict(GPU, finished=True)) == "gpu"
-    assert bf.classify("async_status", dict(SERVER, finished=True)) == "server"
-    assert bf.classify("async_status", {"finished": True, "results": [{"stdout": "x"}]}) is None
+    assert _results_collect.classify("ansible.builtin.async_status", result) == "bench"
+    assert _results_collect.classify("async_status", dict(result, finished=False)) is None
+    assert _results_collect.classify("async_status", dict(GPU, finished=True)) == "gpu"
+    assert _results_collect.classify("async_status", dict(SERVER, finished=True)) == "server"
+    assert _results_collect.classify("async_status", {"finished": True, "results": [{"stdout": "x"}]}) is None
 
 
 def test_other_actions_are_ignored():
-    assert bf.classify("ansible.builtin.debug", bench_result()) is None
-    assert bf.classify("ansible.builtin.command", {"rc": 0}) is None
-    assert bf.classify("throughput_bench", {"failed": True, "msg": "boom"}) is None
+    assert _results_collect.classify("ansible.builtin.debug", bench_result()) is None
+    assert _results_collect.classify("ansible.builtin.command", {"rc": 0}) is None
+    assert _results_collect.classify("throughput_bench", {"failed": True, "msg": "boom"}) is None
 
 
 def test_collector_groups_by_host_and_takes_variant_from_labels():
@@ -69,7 +70,7 @@ def test_collector_groups_by_host_and_takes_variant_from_labels():
 
 
 def test_the_gpu_check_inside_an_inference_server_call_is_a_gpu_check_too():
-    col = bf.RunCollector()
+    col = _results_collect.RunCollector()
     col.add("h", "inferops.serving.inference_server", "Serve eagle", dict(SERVER, gpu_check=GPU))
     col.add("h", "inference_server", "Stop", dict(SERVER, pid=None, gpu_check=dict(GPU, killed=[])))
     failed = dict(SERVER, failed=True, msg="GPUs not clean (sv was not started): GPU 0 is held", gpu_check=dict(GPU, clean=False))
@@ -103,7 +104,7 @@ def test_looped_task_results_are_split_into_items():
 def test_history_records_one_per_host_variant_concurrency():
     col = collect(("h", "throughput_bench", bench_result((1, 8), variant="v", fingerprint="f",
                                                          acceptance_length=2.5)))
-    recs = bf.history_records(col, NOW, "rid")
+    recs = _results_history.history_records(col, NOW, "rid")
     assert [(r["host"], r["variant"], r["concurrency"]) for r in recs] == [("h", "v", 1), ("h", "v", 8)]
     rec = recs[0]
     assert rec["time"] == "2026-01-02T03:04:05Z" and rec["run"] == "rid" and rec["fingerprint"] == "f"
@@ -120,11 +121,11 @@ def test_history_records_one_per_host_variant_concurrency():
 
 def test_history_append_and_read_back(tmp_path):
     path = str(tmp_path / "history.jsonl")
-    bf.append_history(path, [{"host": "h", "variant": "v", "concurrency": 1, "output_throughput": 1.0}])
-    bf.append_history(path, [{"host": "h", "variant": "v", "concurrency": 1, "output_throughput": 2.0}])
+    _results_history.append_history(path, [{"host": "h", "variant": "v", "concurrency": 1, "output_throughput": 1.0}])
+    _results_history.append_history(path, [{"host": "h", "variant": "v", "concurrency": 1, "output_throughput": 2.0}])
     lines = open(path).read().splitlines()
     assert len(lines) == 2 and all(json.loads(line) for line in lines)
-    records, skipped = bf.read_history(path)
+    records, skipped = _results_history.read_history(path)
     assert [r["output_throughput"] for r in records] == [1.0, 2.0] and skipped == 0
 
 
@@ -132,19 +133,19 @@ def test_history_tolerates_corrupt_lines(tmp_path):
     path = tmp_path / "history.jsonl"
     path.write_text('{"host": "h", "variant": "v", "concurrency": 1}\n{"host": "h", "varia\n\n[1, 2]\n'
                     '{"host": "h", "variant": "v", "concurrency": 2}\n')
-    records, skipped = bf.read_history(str(path))
+    records, skipped = _results_history.read_history(str(path))
     assert [r["concurrency"] for r in records] == [1, 2] and skipped == 2
 
 
 def test_missing_history_is_empty(tmp_path):
-    assert bf.read_history(str(tmp_path / "none.jsonl")) == ([], 0)
+    assert _results_history.read_history(str(tmp_path / "none.jsonl")) == ([], 0)
 
 
 def test_previous_levels_is_the_last_run_per_key():
     history = [{"host": "h", "variant": "v", "concurrency": 1, "run": "r1", "output_throughput": 1.0},
                {"host": "h", "variant": "v", "concurrency": 1, "run": "r2", "output_throughput": 2.0},
                {"host": "h", "variant": "w", "concurrency": 1, "run": "r2", "output_throughput": 9.0}]
-    prev = bf.previous_levels(history)
+    prev = _results_history.previous_levels(history)
     assert prev[("h", "v", 1)]["run"] == "r2" and prev[("h", "w", 1)]["output_throughput"] == 9.0
 
 
@@ -156,33 +157,33 @@ def rec(tput, tpot, conc=1, variant="v", host="h", fp="f"):
 
 
 def test_no_history_flags_nothing():
-    assert bf.find_regressions([rec(100.0, 10.0)], {}, 10) == []
+    assert _results_regressions.find_regressions([rec(100.0, 10.0)], {}, 10) == []
 
 
 def test_drop_in_throughput_beyond_threshold_is_flagged():
     prev = {("h", "v", 1): rec(100.0, 10.0)}
-    found = bf.find_regressions([rec(89.0, 10.0)], prev, 10)
+    found = _results_regressions.find_regressions([rec(89.0, 10.0)], prev, 10)
     assert [(r["metric"], r["before"], r["after"]) for r in found] == [("output_throughput", 100.0, 89.0)]
-    assert bf.find_regressions([rec(91.0, 10.0)], prev, 10) == []
-    assert bf.find_regressions([rec(150.0, 5.0)], prev, 10) == []  # faster is not a regression
+    assert _results_regressions.find_regressions([rec(91.0, 10.0)], prev, 10) == []
+    assert _results_regressions.find_regressions([rec(150.0, 5.0)], prev, 10) == []  # faster is not a regression
 
 
 def test_rise_in_tpot_beyond_threshold_is_flagged():
     prev = {("h", "v", 1): rec(100.0, 10.0)}
-    found = bf.find_regressions([rec(100.0, 11.5)], prev, 10)
+    found = _results_regressions.find_regressions([rec(100.0, 11.5)], prev, 10)
     assert [r["metric"] for r in found] == ["tpot_ms"] and found[0]["change_pct"] == 15.0
-    assert bf.find_regressions([rec(100.0, 10.9)], prev, 10) == []
+    assert _results_regressions.find_regressions([rec(100.0, 10.9)], prev, 10) == []
 
 
 def test_regressions_compare_only_the_same_host_variant_concurrency():
     prev = {("h", "v", 1): rec(100.0, 10.0)}
-    assert bf.find_regressions([rec(10.0, 99.0, conc=2), rec(10.0, 99.0, variant="w"),
-                                rec(10.0, 99.0, host="g")], prev, 10) == []
+    assert _results_regressions.find_regressions([rec(10.0, 99.0, conc=2), rec(10.0, 99.0, variant="w"),
+                                                  rec(10.0, 99.0, host="g")], prev, 10) == []
 
 
 def test_regression_lines_one_per_level_with_before_and_after():
     prev = {("h", "v", 4): dict(rec(100.0, 10.0, conc=4), fingerprint="old", run="r0")}
-    lines = bf.regression_lines(bf.find_regressions([rec(50.0, 20.0, conc=4, fp="new")], prev, 10))
+    lines = _results_regressions.regression_lines(_results_regressions.find_regressions([rec(50.0, 20.0, conc=4, fp="new")], prev, 10))
     assert len(lines) == 1
     line = lines[0]
     assert line.startswith("REGRESSION: host h, variant v, concurrency 4: ")
@@ -202,8 +203,8 @@ def two_variant_run():
 
 def test_summary_shows_speedup_against_the_previous_variant():
     col = two_variant_run()
-    recs = bf.history_records(col, NOW, "r")
-    lines = bf.summary_lines(recs, {}, [])
+    recs = _results_history.history_records(col, NOW, "r")
+    lines = _results_report.summary_lines(recs, {}, [])
     eagle = [line for line in lines if line.strip().startswith("eagle")]
     # half the step, same TTFT: (50 + 255 * 10) / (50 + 255 * 5) = 1.96x
     assert len(eagle) == 2 and all(line.split()[-2] == "1.96×" for line in eagle)
@@ -212,9 +213,9 @@ def test_summary_shows_speedup_against_the_previous_variant():
 
 def test_report_has_a_table_per_host_speedups_and_gpu_check():
     col = two_variant_run()
-    recs = bf.history_records(col, NOW, "r")
-    run = bf.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
-    report = bf.render_report(run, recs, {}, [], 10.0, chart="r.png")
+    recs = _results_history.history_records(col, NOW, "r")
+    run = _results_run.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
+    report = _results_report.render_report(run, recs, {}, [], 10.0, chart="r.png")
     assert "## h" in report
     assert "| eagle | `fe` | 1 |" in report and "| 1.96× | first run |" in report
     assert "| eagle | base |" in report and "| base | eagle |" in report
@@ -225,18 +226,18 @@ def test_report_has_a_table_per_host_speedups_and_gpu_check():
 
 def test_report_shows_the_previous_run_and_regressions():
     col = collect(("h", "throughput_bench", bench_result((1,), variant="v", fingerprint="f", step_ms=20.0)))
-    recs = bf.history_records(col, LATER, "r2")
+    recs = _results_history.history_records(col, LATER, "r2")
     prev = {("h", "v", 1): dict(rec(98.46, 10.0), run="r1")}
-    regs = bf.find_regressions(recs, prev, 10)
-    run = bf.run_document(col, "r2", LATER, "bench.yml", "2.19.14", 10.0, regs)
-    report = bf.render_report(run, recs, prev, regs, 10.0)
+    regs = _results_regressions.find_regressions(recs, prev, 10)
+    run = _results_run.run_document(col, "r2", LATER, "bench.yml", "2.19.14", 10.0, regs)
+    report = _results_report.render_report(run, recs, prev, regs, 10.0)
     assert "## Regressions" in report and "- REGRESSION: host h, variant v, concurrency 1" in report
     assert "| 0.50× |" in report
 
 
 def test_run_document_carries_everything():
     col = two_variant_run()
-    run = bf.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
+    run = _results_run.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
     assert run["variants"] == ["base", "eagle"] and run["fingerprints"] == {"base": ["fb"], "eagle": ["fe"]}
     assert run["plays"] == ["Bench"] and run["ansible_version"] == "2.19.14"
     assert run["collection_version"] == "0.1.0"
@@ -249,17 +250,17 @@ def test_run_document_carries_everything():
 
 def test_chart_is_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    recs = bf.history_records(two_variant_run(), NOW, "r")
+    recs = _results_history.history_records(two_variant_run(), NOW, "r")
     path = str(tmp_path / "c.png")
-    assert bf.render_chart(path, recs) is None
+    assert _results_charts.render_chart(path, recs) is None
     with open(path, "rb") as handle:
         assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_chart_without_matplotlib_says_why(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    recs = bf.history_records(two_variant_run(), NOW, "r")
-    assert "matplotlib" in bf.render_chart(str(tmp_path / "c.png"), recs)
+    recs = _results_history.history_records(two_variant_run(), NOW, "r")
+    assert "matplotlib" in _results_charts.render_chart(str(tmp_path / "c.png"), recs)
     assert not os.path.exists(str(tmp_path / "c.png"))
 
 
@@ -268,12 +269,12 @@ def test_chart_without_matplotlib_says_why(tmp_path, monkeypatch):
 def test_finish_writes_run_history_report_chart_then_flags_a_slower_second_run(tmp_path):
     pytest.importorskip("matplotlib")
     out_dir = str(tmp_path / "results")
-    first = bf.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "/x/bench.yml", "2.19", 10, NOW)
+    first = _results_run.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "/x/bench.yml", "2.19", 10, NOW)
     assert first.regressions == [] and first.warnings == []
     assert sorted(first.paths) == ["chart", "history", "report", "run"]
     assert os.path.basename(first.paths["run"]) == "20260102T030405Z-bench.json"
-    second = bf.finish(collect(("h", "throughput_bench", bench_result(step_ms=20.0))), out_dir, "/x/bench.yml",
-                       "2.19", 10, LATER)
+    second = _results_run.finish(collect(("h", "throughput_bench", bench_result(step_ms=20.0))), out_dir, "/x/bench.yml",
+                                 "2.19", 10, LATER)
     assert len(second.regressions) == 6  # 3 levels x (throughput, TPOT)
     assert sum(1 for line in second.summary if line.startswith("REGRESSION:")) == 3
     assert len(open(os.path.join(out_dir, "history.jsonl")).read().splitlines()) == 6
@@ -283,26 +284,26 @@ def test_finish_writes_run_history_report_chart_then_flags_a_slower_second_run(t
 
 def test_finish_in_the_same_second_does_not_overwrite(tmp_path):
     out_dir = str(tmp_path)
-    a = bf.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "b.yml", "2.19", 10, NOW)
-    b = bf.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "b.yml", "2.19", 10, NOW)
+    a = _results_run.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "b.yml", "2.19", 10, NOW)
+    b = _results_run.finish(collect(("h", "throughput_bench", bench_result())), out_dir, "b.yml", "2.19", 10, NOW)
     assert a.paths["run"] != b.paths["run"] and b.run["run"].endswith("-2")
 
 
 def test_finish_with_an_unwritable_dir_warns_once_and_still_summarises(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    out = bf.finish(collect(("h", "throughput_bench", bench_result())), str(blocker / "results"), "b.yml",
-                    "2.19", 10, NOW)
+    out = _results_run.finish(collect(("h", "throughput_bench", bench_result())), str(blocker / "results"), "b.yml",
+                              "2.19", 10, NOW)
     assert len(out.warnings) == 1 and "cannot write results" in out.warnings[0]
     assert out.paths == {} and out.summary and "# Benchmark run" in out.report
 
 
 def test_bench_summary_rows_for_set_stats():
-    rows = bf.bench_summary(dict(bench_result((1, 4), variant="v", fingerprint="f"), finished=True), "h")
+    rows = _results_history.bench_summary(dict(bench_result((1, 4), variant="v", fingerprint="f"), finished=True), "h")
     assert [(r["host"], r["variant"], r["concurrency"]) for r in rows] == [("h", "v", 1), ("h", "v", 4)]
     assert rows[0]["tpot_ms"] == pytest.approx(10.0) and "time" not in rows[0]
-    assert "host" not in bf.bench_summary(bench_result((1,)))[0]
-    assert bf.bench_summary({"rc": 0}) == []
+    assert "host" not in _results_history.bench_summary(bench_result((1,)))[0]
+    assert _results_history.bench_summary({"rc": 0}) == []
 
 
 def test_stops_and_plans_that_would_start_are_not_servers():
@@ -325,7 +326,7 @@ def repeat_result(repeat, variant="base", compare="cmp-1", **kwargs):
 def test_history_gives_each_repeat_its_own_lines_with_its_index():
     col = collect(("h", "throughput_bench", repeat_result(0)), ("h", "throughput_bench", repeat_result(1)),
                   ("h", "throughput_bench", bench_result((1,), variant="plain")))
-    recs = bf.history_records(col, NOW, "r")
+    recs = _results_history.history_records(col, NOW, "r")
     assert [(r["variant"], r["concurrency"], r["repeat"]) for r in recs] == [
         ("base", 1, 0), ("base", 4, 0), ("base", 1, 1), ("base", 4, 1), ("plain", 1, None)]
     assert recs[2]["labels"] == {"repeat": 1, "compare": "cmp-1"}  # the labels stay as they were
@@ -347,9 +348,9 @@ def test_one_call_with_repeats_is_one_benchmark_per_repeat_and_ratios_take_the_m
     benches = col.hosts["h"]["benchmarks"]
     assert [(b["labels"].get("variant"), b["labels"].get("repeat"), len(b["levels"])) for b in benches] == [
         ("base", 0, 2), ("base", 1, 2), ("base", 2, 2), ("other", None, 2)]
-    recs = bf.history_records(col, NOW, "r")
+    recs = _results_history.history_records(col, NOW, "r")
     assert [r["repeat"] for r in recs] == [0, 0, 1, 1, 2, 2, None, None]
-    index = bf._index(recs)  # pylint: disable=protected-access
+    index = _results_report._index(recs)  # pylint: disable=protected-access
     one = result["results"][0]["output_throughput"]
     assert index[("base", 1)]["output_throughput"] == pytest.approx(2.0 * one)  # the median of x1, x3, x2
 
@@ -366,7 +367,7 @@ def test_the_same_engine_reported_twice_is_one_server():
 @pytest.mark.parametrize("value, index", [(0, 0), (3, 3), ("2", 2), (" 1 ", 1), (None, None), ("x", None),
                                           (True, None), (1.5, None), ("-1", None)])
 def test_repeat_index_from_a_label(value, index):
-    assert bf.repeat_index(value) == index
+    assert _results_common.repeat_index(value) == index
 
 
 def _repeats(step_ms_list, concs=(1, 4), ttft_ms=50.0):
@@ -385,24 +386,24 @@ def verdict(host, faster=True):
 def fake_custom(*hosts):
     """AggregateStats.custom after set_stats(data={inferops_compare: {host: verdict}}, per_host=false,
     aggregate=true) on each host: the dicts merged under _run, beside another published stat."""
-    return {"_run": {bf.COMPARE_STAT: dict((h, verdict(h, faster=(h == hosts[0]))) for h in hosts),
+    return {"_run": {_results_collect.COMPARE_STAT: dict((h, verdict(h, faster=(h == hosts[0]))) for h in hosts),
                      "inferops_benchmark_results": [{"host": hosts[0]}]}}
 
 
 def test_compare_verdicts_reads_the_published_stat_in_host_order():
     custom = fake_custom("h1", "h2")
-    assert [h for h, _v in bf.compare_verdicts(custom, ["h2", "h1"])] == ["h2", "h1"]
-    assert [h for h, _v in bf.compare_verdicts(custom)] == ["h1", "h2"]
-    per_host = {"h3": {bf.COMPARE_STAT: {"h3": verdict("h3")}}}
-    assert [h for h, _v in bf.compare_verdicts(per_host, ["h1"])] == ["h3"]
-    assert bf.compare_verdicts({}) == [] and bf.compare_verdicts(None) == []
-    assert bf.compare_verdicts({"_run": {bf.COMPARE_STAT: {"h": "not a verdict", "g": {"x": 1}}}}) == []
+    assert [h for h, _v in _results_collect.compare_verdicts(custom, ["h2", "h1"])] == ["h2", "h1"]
+    assert [h for h, _v in _results_collect.compare_verdicts(custom)] == ["h1", "h2"]
+    per_host = {"h3": {_results_collect.COMPARE_STAT: {"h3": verdict("h3")}}}
+    assert [h for h, _v in _results_collect.compare_verdicts(per_host, ["h1"])] == ["h3"]
+    assert _results_collect.compare_verdicts({}) == [] and _results_collect.compare_verdicts(None) == []
+    assert _results_collect.compare_verdicts({"_run": {_results_collect.COMPARE_STAT: {"h": "not a verdict", "g": {"x": 1}}}}) == []
 
 
 def test_run_document_gains_the_comparison_of_every_host():
     col = collect(("h1", "throughput_bench", repeat_result(0)), ("h2", "throughput_bench", repeat_result(0)))
-    verdicts = bf.compare_verdicts(fake_custom("h1", "h2"), col.order)
-    run = bf.run_document(col, "r", NOW, "/p/compare.yml", "2.19.14", 10.0, [], verdicts)
+    verdicts = _results_collect.compare_verdicts(fake_custom("h1", "h2"), col.order)
+    run = _results_run.run_document(col, "r", NOW, "/p/compare.yml", "2.19.14", 10.0, [], verdicts)
     assert set(run["compare"]) == {"h1", "h2"}
     assert run["compare"]["h1"]["reference"] == "base" and run["compare"]["h1"]["winner"] == "nextn"
     assert run["compare"]["h1"]["objective"] == {"metric": "output_throughput", "concurrency": 4}
@@ -419,16 +420,16 @@ def test_run_document_gains_the_comparison_of_every_host():
     assert [(f["host"], f["variant"], f["reason"]) for f in run["failed_variants"]] == [
         ("h1", "broken", "engine exited 1 before ready"), ("h2", "broken", "engine exited 1 before ready")]
     json.loads(json.dumps(run))
-    plain = bf.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
+    plain = _results_run.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
     assert not set(plain) & {"comparisons", "failed_variants", "compare"}
 
 
 def test_report_has_a_comparison_section_with_the_verdicts_and_the_tables():
     col = collect(("h1", "throughput_bench", repeat_result(0)))
-    verdicts = bf.compare_verdicts(fake_custom("h1", "h2"), col.order)
-    recs = bf.history_records(col, NOW, "r")
-    run = bf.run_document(col, "r", NOW, "/p/compare.yml", "2.19.14", 10.0, [], verdicts)
-    report = bf.render_report(run, recs, {}, [], 10.0, compare=verdicts, compare_chart="r-compare.png")
+    verdicts = _results_collect.compare_verdicts(fake_custom("h1", "h2"), col.order)
+    recs = _results_history.history_records(col, NOW, "r")
+    run = _results_run.run_document(col, "r", NOW, "/p/compare.yml", "2.19.14", 10.0, [], verdicts)
+    report = _results_report.render_report(run, recs, {}, [], 10.0, compare=verdicts, compare_chart="r-compare.png")
     section = report[report.index("## Comparison"):report.index("\n## h1\n")]
     assert section.index("### h1") < section.index("### h2")
     h1 = section[section.index("### h1"):section.index("### h2")]
@@ -439,19 +440,19 @@ def test_report_has_a_comparison_section_with_the_verdicts_and_the_tables():
     assert "- broken failed: engine exited 1 before ready" in h1  # markdown_table's list of failures
     assert [line for line in section.splitlines() if line.startswith("#")] == ["## Comparison", "### h1", "### h2"]
     assert "(r-compare.png)" in section
-    without = bf.render_report(bf.run_document(col, "r", NOW, "b.yml", "2.19", 10.0, []), recs, {}, [], 10.0)
+    without = _results_report.render_report(_results_run.run_document(col, "r", NOW, "b.yml", "2.19", 10.0, []), recs, {}, [], 10.0)
     assert "Comparison" not in without
 
 
 def test_a_malformed_verdict_costs_only_its_table():
-    lines = bf.comparison_section([("h", {"lines": ["compare h: no winner (every variant failed)"]})])
+    lines = _results_report.comparison_section([("h", {"lines": ["compare h: no winner (every variant failed)"]})])
     assert lines[:4] == ["## Comparison", "", "### h", ""] and "- compare h: no winner (every variant failed)" in lines
     assert any(line.startswith("(no table for this verdict") for line in lines)
 
 
 def test_compare_series_reads_the_summaries_and_skips_what_is_missing():
     one = verdict("h1")
-    series = bf.compare_series([("h1", one)])
+    series = _results_charts.compare_series([("h1", one)])
     assert [label for label, _points in series] == ["base", "nextn"]  # the failed variant has no summary
     base = series[0][1]
     assert [p["concurrency"] for p in base] == [1, 4]
@@ -461,28 +462,28 @@ def test_compare_series_reads_the_summaries_and_skips_what_is_missing():
     # keys that went through JSON, a missing TPOT, a level that is not a number
     mangled = {"host": "h2", "summaries": {"v": {"8": {"output_throughput": {"median": 80.0}}, "2": {},
                                                  "x": {"output_throughput": {"median": 1.0}}}}}
-    (label, points), = bf.compare_series([("h2", mangled)])
+    (label, points), = _results_charts.compare_series([("h2", mangled)])
     assert label == "v" and [(p["concurrency"], p["output_throughput"], p["tpot_ms"]) for p in points] == [
         (2, None, None), (8, (80.0, 80.0, 80.0), None)]
-    labels = [label for label, _points in bf.compare_series([("h1", one), ("h2", mangled)])]
+    labels = [label for label, _points in _results_charts.compare_series([("h1", one), ("h2", mangled)])]
     assert labels == ["h1/base", "h1/nextn", "h2/v"]
 
 
 def test_compare_chart_is_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = str(tmp_path / "c.png")
-    assert bf.render_compare_chart(path, bf.compare_verdicts(fake_custom("h1", "h2"))) is None
+    assert _results_charts.render_compare_chart(path, _results_collect.compare_verdicts(fake_custom("h1", "h2"))) is None
     with open(path, "rb") as handle:
         assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
-    assert bf.render_compare_chart(str(tmp_path / "none.png"), [("h", {"summaries": {}})]) == \
+    assert _results_charts.render_compare_chart(str(tmp_path / "none.png"), [("h", {"summaries": {}})]) == \
         "no compared output throughput to plot"
     assert not os.path.exists(str(tmp_path / "none.png"))
 
 
 def test_finish_with_a_comparison_writes_it_even_without_benchmarks(tmp_path):
     pytest.importorskip("matplotlib")
-    verdicts = bf.compare_verdicts(fake_custom("h1"))
-    out = bf.finish(bf.RunCollector(), str(tmp_path), "/x/compare.yml", "2.19", 10, NOW, compare=verdicts)
+    verdicts = _results_collect.compare_verdicts(fake_custom("h1"))
+    out = _results_run.finish(_results_collect.RunCollector(), str(tmp_path), "/x/compare.yml", "2.19", 10, NOW, compare=verdicts)
     assert sorted(out.paths) == ["compare_chart", "report", "run"] and out.warnings == []
     assert os.path.basename(out.paths["compare_chart"]) == "20260102T030405Z-compare-compare.png"
     with open(out.paths["run"]) as handle:

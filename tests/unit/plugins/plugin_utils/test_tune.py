@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _compare, _tune
+from ansible_collections.inferops.serving.plugins.plugin_utils import _compare, _results_history, _tune
 
 CATALOG = {"nextn": {"engine_args": {"speculative_num_steps": 5}}, "baseline": {}}
 
@@ -55,7 +55,7 @@ def test_the_history_gives_the_newest_repeats_of_the_same_configuration_and_load
              record(3, 0, 8, 999.0, fingerprint="sha256:other"), record(3, 1, 8, 999.0, digest="bench:2"),
              record(3, 2, 8, 999.0, host="g"), dict(record(3, 0, 8, 999.0), repeat=None)]
     text = "\n".join(json.dumps(line) for line in lines) + "\nnot json\n"
-    history = _tune.parse_history(text)
+    history = _results_history.parse_history(text)
     assert len(history) == len(lines)
     got = _tune.measured(history, "h", "sha256:a", "bench:1", 2)
     assert [[lvl["output_throughput"] for lvl in repeat] for repeat in got] == [[11.0, 81.0], [12.0, 90.0]]
@@ -78,7 +78,7 @@ def test_the_winner_becomes_a_catalog_entry_with_its_figures():
 
 
 def test_each_candidate_is_measured_taken_from_the_history_or_skipped_as_failed_before():
-    history = _tune.parse_history("\n".join(json.dumps(record(1, r, 8, 80.0 + r)) for r in range(2)))
+    history = _results_history.parse_history("\n".join(json.dumps(record(1, r, 8, 80.0 + r)) for r in range(2)))
     key = _tune.failure_key("h", "sha256:a", "bench:1")
     assert key == "h sha256:a bench:1"
     taken = _tune.plan_candidate(history, {}, "h", "sha256:a", "bench:1", 2)
