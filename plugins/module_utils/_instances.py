@@ -71,12 +71,22 @@ class Instances(object):
         self.own = own
         self.root = root
         self._seen = {}
+        self._pids = {}
 
     def forget(self):
-        """Read every other instance's liveness afresh (a check that polls calls it before each read)."""
+        """Read every process's marker and every other instance's liveness afresh (a check that polls calls
+        it before each read)."""
         self._seen = {}
+        self._pids = {}
 
     def ownership(self, pid):
+        """Whose pid is (None: nobody's), as read once until forget(): a process that ends meanwhile keeps
+        the answer it had."""
+        if pid not in self._pids:
+            self._pids[pid] = self._ownership(pid)
+        return self._pids[pid]
+
+    def _ownership(self, pid):
         marker = _marker.of_process(pid, self.root)
         if marker is None:
             return None
