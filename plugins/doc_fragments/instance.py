@@ -44,11 +44,11 @@ options:
       - The stop of a running server uses that server's engine's default.
     type: float
   state_dir:
-    description: Directory of the state files (C(NAME.json), mode 0600).
+    description: Directory of the state files (C(NAME.json), mode 0600). An absolute path.
     type: path
     default: /var/lib/inferops/serving
   log_dir:
-    description: Directory of the engine logs (C(NAME.log), appended at every start).
+    description: Directory of the engine logs (C(NAME.log), appended at every start, mode 0640). An absolute path.
     type: path
     default: /var/log/inferops
   supervisor:

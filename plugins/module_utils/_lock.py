@@ -18,6 +18,8 @@ import json
 import os
 import time
 
+from ansible_collections.inferops.serving.plugins.module_utils import _procs
+
 
 class Busy(RuntimeError):
     """The lock stayed taken for the whole timeout; holder is what the holder wrote (may be {})."""
@@ -106,12 +108,25 @@ class InstanceLock(object):
                 return None
             if clock() >= deadline:
                 self.close()
-                raise Busy("another run is changing this instance: %s holds %s; waited lock_timeout=%ss"
-                           % (describe(holder), self.path, timeout), holder)
+                raise Busy("another run is changing this instance: %s; waited lock_timeout=%ss"
+                           % (self.who_holds(holder), timeout), holder)
             sleep(0.2)
         if not self.shared:
             self.note(what)
         return self
+
+    def who_holds(self, holder):
+        """'pid 42 (switch to nextn, since ..., 73s ago) holds PATH', or, when the process the lock file names
+        does not have it open any more, who does: the processes with the file open (matched by inode), since
+        /proc/locks names the process that called flock(), which a switch's hand-off leaves dead."""
+        real = _procs.openers(self.path, skip={os.getpid()})
+        pids = set(p.pid for p in real)
+        named = holder.get("pid") if holder else None
+        if named in pids or not real:
+            return "%s holds %s" % (describe(holder), self.path)
+        return "%s is held by %s; the lock file names %s, %s" % (
+            self.path, ", ".join("pid %d (%s)" % (p.pid, p.cmdline[:120]) for p in real), describe(holder),
+            "which has it open no more" if named and _procs.alive(named) else "which is gone")
 
     def note(self, what, pid=None):
         """Write who holds the lock (the holder calls it again after handing the lock to another process)."""

@@ -14,6 +14,7 @@ Over the level's window W = max(t_last) - min(t_send):
 
 from __future__ import annotations
 
+import math
 import re
 
 # The targets an SLO may set, each in milliseconds: the one list, for throughput_bench's argument spec and
@@ -25,9 +26,9 @@ SLO_TARGETS = (("ttft_ms", "time to first token"), ("tpot_ms", "time per output 
 def slo_problems(slo):
     """Why slo (a mapping of SLO_TARGETS keys to milliseconds) is not a valid SLO: a list of messages,
     empty when it is. A target is a positive number; None means unset."""
+    known = [target[0] for target in SLO_TARGETS]
     if not isinstance(slo, dict):
-        return ["slo must be a mapping of %s to milliseconds, got %r" % (", ".join(k for k, _ in SLO_TARGETS), slo)]
-    known = [k for k, _ in SLO_TARGETS]
+        return ["slo must be a mapping of %s to milliseconds, got %r" % (", ".join(known), slo)]
     problems = ["slo: %r is not a target; the targets are %s" % (k, ", ".join(known)) for k in slo if k not in known]
     for key in known:
         value = slo.get(key)
@@ -37,9 +38,10 @@ def slo_problems(slo):
             number = float(value)
         except (TypeError, ValueError):
             number = None
-        if isinstance(value, bool) or number is None or not number > 0:
+        if isinstance(value, bool) or number is None or not math.isfinite(number) or number <= 0:
             problems.append("slo: %s must be a positive number of milliseconds, got %r" % (key, value))
     return problems
+
 
 def percentile(ordered, q):
     """Linear interpolation between closest ranks (numpy's default) of an ascending list."""

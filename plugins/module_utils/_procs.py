@@ -181,6 +181,35 @@ def listeners(port, root=PROC_ROOT):
     return found
 
 
+def openers(path, root=PROC_ROOT, skip=()):
+    """The processes that have path open (any descriptor on the same device and inode), except those in skip:
+    who holds an flock, which /proc/locks cannot say once the locking process handed its descriptor on."""
+    try:
+        wanted = os.stat(path)
+    except OSError:
+        return []
+    found = []
+    for entry in os.listdir(root):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        fd_dir = os.path.join(root, entry, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except (IOError, OSError):
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(os.path.join(fd_dir, fd))
+            except (IOError, OSError):
+                continue
+            if (st.st_dev, st.st_ino) == (wanted.st_dev, wanted.st_ino):
+                info = read_proc(int(entry), root)
+                if info is not None and info.state not in ("Z", "X"):
+                    found.append(info)
+                break
+    return found
+
+
 def environ_get(pid, key, root=PROC_ROOT):
     """The value of key in the process's initial environment, or None (absent, or not readable here)."""
     try:

@@ -303,8 +303,27 @@ RESUME = "resume"  # left loading by a switch whose process died: wait for it he
 SWITCH = "switch"  # stop what runs (if anything), start this configuration
 
 
-def _decide(params, record, running, same, check_mode, answers):
-    """(action, reason or None). answers() probes the running server (called only when it decides)."""
+def interruption(sup, journal, record, running):
+    """Why a server left loading no longer loads when nothing of its own failed, or None. Only a live switch
+    is resumed: an engine that ended with an exit record (a code or a signal its watchdog saw) crashed, which is
+    the variant's failure; one without, whose watchdog is gone too (a power cut, the host's processes killed at
+    once), was interrupted from outside, and the wanted variant starts afresh. Called under the instance lock,
+    so the switch process that left it is gone."""
+    if not record or not record.get("loading") or running:
+        return None
+    end = sup.ending(record, wait=0.5)
+    if end is None or end.get("code") is not None or end.get("signal"):
+        return None
+    data = _switch.loaded(journal) or {}
+    return "the switch to %s was interrupted at %s (switch process %s gone)" % (
+        record.get("variant") or record.get("fingerprint"), data.get("phase") or "an unknown phase", data.get("pid") or "?")
+
+
+def _decide(params, record, running, same, check_mode, answers, interrupted=None):
+    """(action, reason or None). answers() probes the running server (called only when it decides);
+    interrupted: interruption()'s answer, which makes a server left loading one to start afresh."""
+    if interrupted:
+        return SWITCH, interrupted
     if not (same and params["state"] == "started" and (running or record.get("loading"))):
         return SWITCH, None
     loading = bool(record.get("loading")) or record.get("ready_s") is None
@@ -327,7 +346,8 @@ def _start(ctx, adapter, version, launch):
             record.get("secrets_digest") == _fingerprint.secrets_digest(record.get("secrets_salt", ""), secrets))
     diff = {"before": _before(record),
             "after": {"argv": launch.public_argv, "fingerprint": launch.fingerprint, "variant": params.get("variant")}}
-    action, reason = _decide(params, record, running, same, ctx.check_mode, lambda: _serves(params, launch))
+    action, reason = _decide(params, record, running, same, ctx.check_mode, lambda: _serves(params, launch),
+                             interruption(sup, ctx.journal, record, running))
     if action == REPORT_LOADING:
         result.update(loading=True, outcome=_switch.LOADING, reason=reason, pid=record.get("pid"))
         return False, result, diff

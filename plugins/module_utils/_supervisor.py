@@ -38,6 +38,7 @@ SUPERVISORS = ("auto", "systemd", "process")
 
 
 EXIT_UNKNOWN = -1  # exit_code(): the engine exited, with a status nobody recorded
+LOG_MODE = 0o640  # an engine log: its owner and group, never every local user
 
 
 def describe(end):
@@ -220,8 +221,13 @@ class Base(object):
         return self.leader_alive(record)
 
     def _open_log(self, argv):
+        """The log, appended to; created 0640 whatever the umask, and brought back to 0640 when it is wider:
+        an engine may print its arguments, a key among them (SGLang logs server_args=ServerArgs(...))."""
         os.makedirs(self.log_dir, exist_ok=True)
-        handle = open(self.log_path, "ab")
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE)
+        if os.fstat(fd).st_mode & 0o7777 & ~LOG_MODE:
+            os.fchmod(fd, LOG_MODE)
+        handle = os.fdopen(fd, "ab")
         offset = handle.tell()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         handle.write(("=== inferops.serving %s: starting %s\n" % (stamp, self.name)).encode("utf-8"))

@@ -163,6 +163,9 @@ options:
         engine exited meanwhile). Unset, the call waits up to O(ready_timeout).
       - The C(inferops.serving.inference_server) role uses it to finish a quick start in one call and to
         print a progress line per poll during a long load.
+      - Only a live load is resumed. An engine that ended with an exit code or a signal its watchdog recorded
+        crashed (the variant's failure); one that ended with no record, its watchdog gone too (a power cut),
+        was interrupted, and the call starts the variant afresh, saying so in RV(reason).
     type: float
   gpu_check:
     description:
@@ -553,6 +556,10 @@ def validate(p):
         errors.append("switch_id must be the switch.id an earlier call returned (16 hex digits), got %r" % p["switch_id"])
     if p["ready_wait"] is not None and p["ready_wait"] < 0:
         errors.append("ready_wait must be 0 or more seconds, got %s" % p["ready_wait"])
+    for key in ("state_dir", "log_dir"):
+        if not os.path.isabs(p[key]):
+            errors.append("%s must be an absolute path, got %r: a relative one would resolve against the directory "
+                          "the module happens to run in, where a later run would not find it" % (key, p[key]))
     if p["gpu_check"]:
         errors.extend("gpu_check: %s" % err for err in _idle_check.validate(p["gpu_check"]))
     for key, value in (p["env"] or {}).items():
@@ -595,8 +602,8 @@ def main():
         module.fail_json(msg="; ".join(errors), outcome="nothing_stopped", failure="; ".join(errors),
                          outcome_msg="nothing was stopped")
     p["env"] = dict((str(k), str(v)) for k, v in (p["env"] or {}).items())
-    p["state_dir"] = os.path.abspath(p["state_dir"])
-    p["log_dir"] = os.path.abspath(p["log_dir"])
+    p["state_dir"] = os.path.normpath(p["state_dir"])
+    p["log_dir"] = os.path.normpath(p["log_dir"])
     module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
     host = _server.Host(module.run_command, lambda: module.get_bin_path("nvidia-smi"))

@@ -328,3 +328,26 @@ def test_a_child_that_inherited_the_lock_keeps_it_until_it_ends(tmp_path):
         child.wait()
         child.stdout.close()
     assert _lock.held(str(tmp_path), "sv") is False
+
+
+def test_busy_names_the_real_holder_when_the_lock_file_names_a_dead_one(tmp_path):
+    """A foreign flock holder, while the file still names the earlier holder, a process that is gone: the
+    message says so and names the process that has the file open (found by inode under /proc/*/fd)."""
+    path = tmp_path / "x.lock"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path.write_text(json.dumps({"pid": dead.pid, "what": "switch to old (sha256:1)", "since": time.time() - 60}))
+    code = ("import fcntl, sys, time; f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)")
+    foreign = subprocess.Popen([sys.executable, "-c", code, str(path), "foreign-holder"], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert foreign.stdout.readline().strip() == "held"
+        with pytest.raises(_lock.Busy) as busy:
+            _lock.InstanceLock(str(tmp_path), "x").acquire("switch to new", 0.3)
+        text = str(busy.value)
+        assert "%s is held by pid %d (%s -c import fcntl" % (path, foreign.pid, sys.executable) in text
+        assert "the lock file names pid %d (switch to old (sha256:1)" % dead.pid in text and "which is gone" in text
+    finally:
+        foreign.kill()
+        foreign.wait()

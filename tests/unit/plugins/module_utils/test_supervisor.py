@@ -122,3 +122,22 @@ def test_a_stop_never_takes_in_another_instances_process_from_the_recorded_group
             leader.wait()
         for pid in _marker.carriers(_marker.identity("b", str(tmp_path))):
             os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("umask, before", [(0o000, None), (0o022, None), (0o000, 0o666)])
+def test_the_engine_log_is_0640_whatever_the_umask(tmp_path, umask, before):
+    """An engine may print its arguments, a key among them: its log is never readable by every local user."""
+    sup = _supervisor.ProcessSupervisor("x", str(tmp_path / "state"), str(tmp_path / "log"))
+    if before is not None:  # a log an earlier version left world-readable
+        os.makedirs(sup.log_dir)
+        with open(sup.log_path, "w") as handle:
+            handle.write("old\n")
+        os.chmod(sup.log_path, before)
+    old = os.umask(umask)
+    try:
+        handle, offset = sup._open_log(["engine"])
+        handle.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(sup.log_path).st_mode) == 0o640
+    assert offset == (4 if before is not None else 0)

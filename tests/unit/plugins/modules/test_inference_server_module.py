@@ -26,3 +26,10 @@ def test_validation_messages():
     text = " ".join(inference_server.validate(params(ready_wait=-1, gpu_check=dict(check, reclaim=True, kill_grace=60))))
     assert "ready_wait must be 0 or more" in text and "gpu_check: kill_grace (60) must be less than timeout" in text
     assert inference_server.validate(params(ready_wait=0, gpu_check=check)) == []
+
+
+def test_state_and_log_dirs_must_be_absolute():
+    text = " ".join(inference_server.validate(params(state_dir="state", log_dir="./log")))
+    assert "state_dir must be an absolute path, got 'state'" in text
+    assert "log_dir must be an absolute path, got './log'" in text
+    assert inference_server.validate(params(state_dir="/srv/x/state", log_dir="/srv/x/log")) == []

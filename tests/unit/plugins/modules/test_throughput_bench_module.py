@@ -120,8 +120,9 @@ def test_check_mode_measures_too_and_changes_nothing(capsys, server):
 
 
 def test_repeats_run_the_sweep_again_labelled(capsys, server):
-    code, result, dummy = run_module(capsys, url=server, api_key=SECRET, repeats=2, labels={"repeat": 9, "v": "x"},
-                                     **dict(SMALL, concurrency=[1, 2]))
+    args = dict(SMALL)
+    args.update(concurrency=[1, 2], url=server, api_key=SECRET, repeats=2, labels={"repeat": 9, "v": "x"})
+    code, result, dummy = run_module(capsys, **args)
     assert code == 0
     assert [(r["concurrency"], r["labels"]) for r in result["results"]] == [
         (1, {"repeat": 0, "v": "x"}), (2, {"repeat": 0, "v": "x"}),
@@ -131,7 +132,9 @@ def test_repeats_run_the_sweep_again_labelled(capsys, server):
 
 def test_nothing_completing_fails_with_the_results(capsys, port):
     with stand_in.stand_in(port, "--ttft-ms", TTFT_MS, "--step-ms", STEP_MS, "--drop-every", "1") as url:
-        code, result, dummy = run_module(capsys, url=url, **dict(SMALL, output_tokens=16))
+        args = dict(SMALL)
+        args.update(output_tokens=16, url=url)
+        code, result, dummy = run_module(capsys, **args)
     assert code == 1 and result["failed"] is True
     assert result["msg"].startswith("no request completed at concurrency 1 against %s: dropped x2: " % url)
     [level] = result["results"]
