@@ -154,40 +154,9 @@ def _listening_inodes(port, root=PROC_ROOT):
     return inodes
 
 
-def listeners(port, root=PROC_ROOT):
-    """The processes with a socket listening on TCP port (those this process may inspect)."""
-    inodes = _listening_inodes(port, root)
-    if not inodes:
-        return []
-    wanted = set("socket:[%s]" % inode for inode in inodes)
-    found = []
-    for entry in os.listdir(root):
-        if not entry.isdigit():
-            continue
-        fd_dir = os.path.join(root, entry, "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except (IOError, OSError):
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(os.path.join(fd_dir, fd)) in wanted:
-                    info = read_proc(int(entry), root)
-                    if info is not None:
-                        found.append(info)
-                    break
-            except (IOError, OSError):
-                continue
-    return found
-
-
-def openers(path, root=PROC_ROOT, skip=()):
-    """The processes that have path open (any descriptor on the same device and inode), except those in skip:
-    who holds an flock, which /proc/locks cannot say once the locking process handed its descriptor on."""
-    try:
-        wanted = os.stat(path)
-    except OSError:
-        return []
+def _with_fd(matches, root=PROC_ROOT, skip=()):
+    """The processes (those this process may inspect), except skip, with a descriptor whose /proc path
+    matches(path) accepts."""
     found = []
     for entry in os.listdir(root):
         if not entry.isdigit() or int(entry) in skip:
@@ -197,17 +166,48 @@ def openers(path, root=PROC_ROOT, skip=()):
             fds = os.listdir(fd_dir)
         except (IOError, OSError):
             continue
-        for fd in fds:
-            try:
-                st = os.stat(os.path.join(fd_dir, fd))
-            except (IOError, OSError):
-                continue
-            if (st.st_dev, st.st_ino) == (wanted.st_dev, wanted.st_ino):
-                info = read_proc(int(entry), root)
-                if info is not None and info.state not in ("Z", "X"):
-                    found.append(info)
-                break
+        if any(matches(os.path.join(fd_dir, fd)) for fd in fds):
+            info = read_proc(int(entry), root)
+            if info is not None:
+                found.append(info)
     return found
+
+
+def _link_in(wanted):
+    def matches(path):
+        try:
+            return os.readlink(path) in wanted
+        except (IOError, OSError):
+            return False
+    return matches
+
+
+def _same_file(wanted):
+    def matches(path):
+        try:
+            st = os.stat(path)
+        except (IOError, OSError):
+            return False
+        return (st.st_dev, st.st_ino) == (wanted.st_dev, wanted.st_ino)
+    return matches
+
+
+def listeners(port, root=PROC_ROOT):
+    """The processes with a socket listening on TCP port (those this process may inspect)."""
+    inodes = _listening_inodes(port, root)
+    if not inodes:
+        return []
+    return _with_fd(_link_in(set("socket:[%s]" % inode for inode in inodes)), root)
+
+
+def openers(path, root=PROC_ROOT, skip=()):
+    """The live processes that have path open (a descriptor on the same device and inode), except those in
+    skip: who holds an flock, which /proc/locks cannot say once the locking process handed its descriptor on."""
+    try:
+        wanted = os.stat(path)
+    except OSError:
+        return []
+    return [info for info in _with_fd(_same_file(wanted), root, skip) if info.state not in ("Z", "X")]
 
 
 def environ_get(pid, key, root=PROC_ROOT):
