@@ -187,7 +187,8 @@ def test_kill_9_of_the_controller_mid_switch_the_host_finishes_alone(switch, fle
 
 
 def test_two_runs_at_once_one_waits_and_exactly_one_engine_serves(switch, fleet, ansible_env):
-    fleet.add_variants({"slowload": {"command": fake_engine(fleet.port, "ok") + ["--load-s", "3"]}})
+    # a load long enough that the fourth run meets the third one's switch under way even on a busy machine
+    fleet.add_variants({"slowload": {"command": fake_engine(fleet.port, "ok") + ["--load-s", "8"]}})
     started(switch, fleet)
     first = _popen_playbook(fleet, ansible_env, "slowload")
     _wait_for(lambda: _journal(fleet).get("target", {}).get("variant") == "slowload", 60, "the first switch")
