@@ -22,6 +22,9 @@ CLIENT_NAME = "inferops.serving.throughput_bench"
 CLIENT_VERSION = "0.1.0"
 LAG_PROBE_S = 0.005
 LAG_WARN_MS = 5.0
+SCRAPE_TIMEOUT = 10.0                 # seconds one metrics scrape, read and parsed, may take (at most the request timeout)
+METRICS_MAX = 16 * 1024 * 1024        # bytes of one metrics scrape (vLLM's /metrics is hundreds of KiB)
+PARSE_SLICE = 1024 * 1024             # characters of exposition text parsed at a time
 
 WORDS = ("the of and to in is you that it he was for on are as with his they at be this have from "
          "or one had by word but not what all were we when your can said there use an each which she "
@@ -73,19 +76,40 @@ ENGINES = ("auto", "sglang", "vllm", "trtllm", "transformers", "openai")
 def identify(target, api_key=None, timeout=5.0):
     """Which engine serves there, from what it answers: SGLang has GET /get_model_info (0.5.9 and 0.5.23
     srt/entrypoints/http_server.py), vLLM GET /version -> {"version": ...} (0.34.0
-    entrypoints/serve/instrumentator/basic.py); anything else is a plain OpenAI server ("openai")."""
+    entrypoints/serve/instrumentator/basic.py); anything else is a plain OpenAI server ("openai").
+    Both questions together take at most ``timeout`` seconds (a question not answered in time: "openai")."""
+    deadline = _stream.monotonic() + timeout
     for path, engine, key in (("/get_model_info", "sglang", "model_path"), ("/version", "vllm", "version")):
+        left = deadline - _stream.monotonic()
+        if left <= 0:
+            break
         try:
-            status, text = _stream.http_get(target.full(path), api_key, timeout)
+            status, text = _stream.http_get(target.full(path), api_key, left)
         except _stream.RequestError:
             continue
         if status == 200:
             try:
                 if key in json.loads(text):
                     return engine
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):
                 continue
     return "openai"
+
+
+def parse_metrics(text, deadline):
+    """_metrics.parse_prometheus over slices of whole lines (its sums are per line, so they add up), so that
+    the parse holds one slice's lines at a time and stops, returning None, once the deadline has passed."""
+    out = {}
+    pos, end = 0, len(text)
+    while pos < end:
+        cut = text.find("\n", pos + PARSE_SLICE)
+        cut = end if cut < 0 else cut + 1
+        for key, value in _metrics.parse_prometheus(text[pos:cut]).items():
+            out[key] = out.get(key, 0.0) + value
+        pos = cut
+        if pos < end and _stream.monotonic() > deadline:
+            return None
+    return out
 
 
 class Bench(object):
@@ -118,15 +142,21 @@ class Bench(object):
     def _scrape(self):
         if not self.metrics_url:
             return None
+        timeout = min(self.timeout, SCRAPE_TIMEOUT)
+        deadline = _stream.monotonic() + timeout
         try:
-            status, text = _stream.http_get(self.metrics_url, None, 10.0)
+            status, text = _stream.http_get(self.metrics_url, None, timeout, max_body=METRICS_MAX)
         except _stream.RequestError as exc:
             self.metrics_errors.append(str(exc))
             return None
         if status != 200:
             self.metrics_errors.append("GET %s returned HTTP %d" % (self.metrics_url, status))
             return None
-        return _metrics.parse_prometheus(text)
+        parsed = parse_metrics(text, deadline)
+        if parsed is None:
+            self.metrics_errors.append("GET %s: its %d characters were not parsed within %gs" % (
+                self.metrics_url, len(text), timeout))
+        return parsed
 
     async def level(self, concurrency, requests, warmup, repeat=None):
         conns = [_stream.Connection(self.target, self.api_key, clock=self.clock) for dummy in range(concurrency)]
@@ -171,8 +201,8 @@ class Bench(object):
             await conn.post(self.path, self._body(), self.timeout)
         if conn.protocol is None:
             try:
-                await conn.connect()
-            except _stream.RequestError:
+                await asyncio.wait_for(conn.connect(), self.timeout)
+            except (_stream.RequestError, asyncio.TimeoutError):
                 pass  # the measured requests report it
 
     async def _worker(self, conn, bodies, records):

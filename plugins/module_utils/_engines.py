@@ -374,6 +374,9 @@ class Probe(object):
 
 
 def probe(host, port, model, api_key=None, timeout=10.0, generate_timeout=120.0):
+    """GET /health within ``timeout`` seconds in all, then a 1-token POST /v1/completions within
+    ``generate_timeout`` in all (_http.request bounds each exchange as a whole, however slowly the server
+    answers, and reads at most PROBE_READ bytes of either answer)."""
     try:
         status, text = _http.request(host, port, "GET", "/health", timeout=timeout, limit=PROBE_READ)
     except (OSError, http.client.HTTPException) as exc:
@@ -388,9 +391,10 @@ def probe(host, port, model, api_key=None, timeout=10.0, generate_timeout=120.0)
         return Probe("loading", "POST /v1/completions: %s" % exc)
     if status == 200:
         try:
-            choices = json.loads(text).get("choices")
-        except ValueError:
-            choices = None
+            answer = json.loads(text)
+        except (ValueError, RecursionError):  # not JSON, or JSON nested deeper than the decoder goes
+            answer = None
+        choices = answer.get("choices") if isinstance(answer, dict) else None
         if choices:
             return Probe("ready", "POST /v1/completions: 1 token generated")
         return Probe("loading", "POST /v1/completions: HTTP 200 without choices: %s" % text[:200])

@@ -90,11 +90,25 @@ class RequestError(Exception):
         self.kind = kind
 
 
+# Size caps: a read past one is a failure of kind "oversized" (an error answer's body is cut instead).
+HEAD_MAX = _http.HEAD_MAX                # the status line and headers of an answer
+LINE_MAX = _http.LINE_MAX                # one chunk-size (or trailer) line of a chunked body
+EVENT_MAX = 8 * 1024 * 1024              # one server-sent event, not complete yet
+JSON_MAX = _http.BODY_MAX                # a JSON answer of the synchronous GETs (/v1/models, the identification)
+ERROR_BODY_MAX = _http.ERROR_BODY_MAX    # the body of an answer that is not a stream (an error): cut there
+
+
+def _oversized(what, cap):
+    return RequestError("oversized", "%s passed %s; read no further" % (what, _http.size_text(cap)))
+
+
 # ---------------------------------------------------------------------------- pure decoders
 class ChunkedDecoder(object):
-    """Incremental decoder of HTTP/1.1 chunked transfer encoding. ``feed`` returns payload bytes."""
+    """Incremental decoder of HTTP/1.1 chunked transfer encoding. ``feed`` returns payload bytes.
+    A chunk-size or trailer line longer than ``max_line`` is RequestError 'oversized'."""
 
-    def __init__(self):
+    def __init__(self, max_line=LINE_MAX):
+        self.max_line = max_line
         self._buf = b""
         self._left = 0          # payload bytes still expected in the current chunk
         self._state = "size"    # size | data | crlf | trailer | done
@@ -147,30 +161,80 @@ class ChunkedDecoder(object):
             else:
                 pos = end
         self._buf = buf[pos:] if pos < end else b""
+        if len(self._buf) > self.max_line:  # only a line waits here: a size, trailer or CRLF line, never data
+            self._buf = b""
+            raise _oversized("a chunk-size line", self.max_line)
         return b"".join(out) if len(out) != 1 else out[0]
 
 
 class SSEParser(object):
     """Incremental server-sent-events splitter. ``feed`` returns the ``data`` payloads (bytes) of
-    the events completed by this read; comments, ``event:`` and ``id:`` lines are skipped."""
+    the events completed by this read; comments, ``event:`` and ``id:`` lines are skipped.
 
-    def __init__(self):
-        self._buf = b""
+    Linear in the bytes read: the event not complete yet is kept as a list of pieces (CRLF already made
+    LF, but for a CR that ends a read), each read is searched alone for the blank line (and the byte
+    before it), and the pieces are joined once, when an event completes. An event that passes
+    ``max_event`` bytes before its end is RequestError 'oversized'."""
+
+    def __init__(self, max_event=EVENT_MAX):
+        self.max_event = max_event
+        self._parts = []        # the incomplete event, never an empty piece
+        self._size = 0
 
     def feed(self, data):
-        buf = self._buf + data if self._buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        if b"\n\n" not in buf:
-            self._buf = buf
+        if self._parts:
+            return self._more(data)
+        # nothing pending, the usual case: whole events, one or a few per read
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+        if b"\n\n" not in data:
+            if data:
+                self._keep(data)
             return []
-        parts = buf.split(b"\n\n")
-        self._buf = parts.pop()
-        return [p for p in (self._data(block) for block in parts) if p is not None]
+        blocks = data.split(b"\n\n")
+        rest = blocks.pop()
+        if rest:
+            self._keep(rest)
+        return [p for p in (self._data(block) for block in blocks) if p is not None]
+
+    def _more(self, data):
+        parts = self._parts
+        last = parts[-1]
+        if last[-1:] == b"\r" and data[:1] == b"\n":  # a CRLF split across reads
+            if len(last) > 1:
+                parts[-1] = last[:-1]
+            else:
+                parts.pop()
+            self._size -= 1
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+        if b"\n\n" not in data and not (data[:1] == b"\n" and parts and parts[-1][-1:] == b"\n"):
+            if data:
+                self._keep(data)
+            return []
+        parts.append(data)
+        buf = b"".join(parts)
+        self._parts = []
+        self._size = 0
+        blocks = buf.split(b"\n\n")
+        rest = blocks.pop()
+        if rest:
+            self._keep(rest)
+        return [p for p in (self._data(block) for block in blocks) if p is not None]
+
+    def _keep(self, data):
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size > self.max_event:
+            self._parts = []
+            self._size = 0
+            raise _oversized("one server-sent event", self.max_event)
 
     def flush(self):
         """The last event of a stream that ended without a blank line."""
-        block, self._buf = self._buf, b""
+        block = b"".join(self._parts)
+        self._parts = []
+        self._size = 0
         return [p for p in (self._data(block),) if p is not None and block.strip()]
 
     @staticmethod
@@ -235,7 +299,7 @@ class StreamRecord(object):
             return
         try:
             obj = json.loads(payload.decode("utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
             self.error_kind, self.error = "bad_event", "event is not JSON: %r" % payload[:80]
             return
         if not isinstance(obj, dict):
@@ -293,16 +357,26 @@ class _Response(object):
         self.chunked = None
         self.sse = None
         self.body = []
+        self.body_size = 0
+        self.cut = False        # the body passed ERROR_BODY_MAX: the rest was never read
         self.keep_alive = True
 
     def feed(self, data, t):
+        if self.future.done():  # failed, timed out or cut: what still comes is not read
+            return
         if self.headers is None:
+            start = max(0, len(self.head) - 3)  # a CRLFCRLF split across reads
             self.head += data
-            idx = self.head.find(b"\r\n\r\n")
-            if idx < 0:
+            idx = self.head.find(b"\r\n\r\n", start)
+            if idx < 0 or idx > HEAD_MAX:
+                if idx >= 0 or len(self.head) > HEAD_MAX:
+                    self.head = b""
+                    self.keep_alive = False
+                    raise _oversized("the response head", HEAD_MAX)
                 return
             data = self.head[idx + 4:]
             self._parse_head(self.head[:idx].decode("latin-1"))
+            self.head = b""
             if self.future.done():
                 return
         if not data:
@@ -322,6 +396,12 @@ class _Response(object):
                     self.record.on_event(event, t)
             else:
                 self.body.append(payload)
+                self.body_size += len(payload)
+                if self.body_size > ERROR_BODY_MAX:  # only its message is used: the rest is left unread
+                    self.cut = True
+                    self.keep_alive = False
+                    self._finish()
+                    return
         if (self.mode == "chunked" and self.chunked.done) or (self.mode == "length" and self.left <= 0):
             self._finish()
 
@@ -343,7 +423,11 @@ class _Response(object):
             self.chunked = ChunkedDecoder()
         elif "content-length" in headers:
             self.mode = "length"
-            self.left = int(headers["content-length"])
+            try:
+                self.left = int(headers["content-length"])
+            except ValueError:
+                self.fail("bad_response", "bad Content-Length %r" % headers["content-length"][:40])
+                return
         else:
             self.mode = "close"
         if headers.get("connection", "").lower() == "close" or self.mode == "close" or lines[0].startswith("HTTP/1.0"):
@@ -375,7 +459,14 @@ class _Response(object):
             self.future.set_exception(RequestError(kind, detail))
 
     def text(self):
-        return b"".join(self.body).decode("utf-8", "replace")
+        return b"".join(self.body)[:ERROR_BODY_MAX].decode("utf-8", "replace")
+
+    def error_text(self, default):
+        """The message of an answer that is not a stream (its body's error message), saying when it was cut."""
+        msg = _error_message(self.text()) or default
+        if self.cut:
+            msg += " (the body passed %s: read no further)" % _http.size_text(ERROR_BODY_MAX)
+        return msg
 
 
 READ_BUFFER = 256 * 1024
@@ -465,15 +556,24 @@ class Connection(object):
         """POST JSON ``body`` (bytes) and return a StreamRecord; failures are set on the record."""
         record = StreamRecord()
         try:
+            left = timeout
             if self.protocol is None or self.protocol.closed:
-                await self.connect()
-            response = await self._exchange(rel_path, body, record, timeout)
+                began = monotonic()
+                try:  # the connection counts in the request's time (a task of its own only when connecting)
+                    await asyncio.wait_for(self.connect(), timeout)
+                except asyncio.TimeoutError:
+                    raise RequestError("timeout", "cannot connect to %s:%d within %ss" % (
+                        self.target.host, self.target.port, timeout))
+                left = max(0.0, timeout - (monotonic() - began))
+            response = await self._exchange(rel_path, body, record, left)
             if record.status != 200:
                 record.error_kind = "http_%d" % record.status
-                record.error = _error_message(response.text()) or "HTTP %d" % record.status
+                record.error = response.error_text("HTTP %d" % record.status)
             elif response.sse is None:
                 record.error_kind = "not_a_stream"
                 record.error = "expected text/event-stream, got %r" % response.headers.get("content-type")
+                if response.cut:
+                    record.error += " (its body passed %s: read no further)" % _http.size_text(ERROR_BODY_MAX)
             elif record.error_kind is None and record.t_first is None and not _usage_tokens(record.usage):
                 # no text and no usage: nothing shows that anything was generated. (With usage, the
                 # request completed with tokens that decode to no text, special tokens for example:
@@ -525,7 +625,7 @@ def _usage_tokens(usage):
 def _error_message(text):
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text.strip()[:300]
     if isinstance(obj, dict):
         err = obj.get("error", obj.get("detail", obj.get("message")))
@@ -565,8 +665,11 @@ def api_path(api):
 
 
 # ---------------------------------------------------------------------------- synchronous helpers
-def http_get(url, api_key=None, timeout=10.0, ssl_context=None):
-    """GET ``url``: (status, body text). Raises RequestError when the server cannot be reached."""
+def http_get(url, api_key=None, timeout=10.0, ssl_context=None, max_body=JSON_MAX):
+    """GET ``url`` within ``timeout`` seconds in all: (status, body text). Raises RequestError: kind 'timeout'
+    when the whole answer did not come in time, 'oversized' when it passed a cap (its head HEAD_MAX, its body
+    max_body; an error answer's body is cut at ERROR_BODY_MAX instead), 'bad_response' when it is not HTTP,
+    'unreachable' when the server cannot be reached."""
     parts = urlsplit(url)
     https = parts.scheme == "https"
     path = parts.path or "/"
@@ -574,19 +677,26 @@ def http_get(url, api_key=None, timeout=10.0, ssl_context=None):
         path += "?" + parts.query
     try:
         return _http.request(parts.hostname, parts.port or (443 if https else 80), "GET", path, api_key=api_key,
-                             timeout=timeout, https=https, ssl_context=ssl_context, accept="application/json, text/plain")
-    except (OSError, http.client.HTTPException) as exc:
+                             timeout=timeout, https=https, ssl_context=ssl_context, accept="application/json, text/plain",
+                             max_body=max_body)
+    except socket.timeout as exc:
+        raise RequestError("timeout", "GET %s: %s" % (url, exc or "timed out"))
+    except _http.Oversized as exc:
+        raise RequestError("oversized", "GET %s: %s" % (url, exc))
+    except http.client.HTTPException as exc:
+        raise RequestError("bad_response", "GET %s: %s" % (url, exc or exc.__class__.__name__))
+    except OSError as exc:
         raise RequestError("unreachable", "%s: %s" % (url, exc or exc.__class__.__name__))
 
 
 def list_models(target, api_key=None, timeout=10.0):
-    """Model ids the server offers at /v1/models, in its order."""
+    """Model ids the server offers at /v1/models, in its order, within ``timeout`` seconds in all."""
     url = target.full("/v1/models")
     status, text = http_get(url, api_key, timeout)
     if status != 200:
         raise RequestError("http_%d" % status, "GET %s returned HTTP %d: %s" % (url, status, _error_message(text)))
     try:
         data = json.loads(text).get("data") or []
-        return [m["id"] for m in data if isinstance(m, dict) and "id" in m]
-    except (ValueError, AttributeError, TypeError):
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    except (ValueError, AttributeError, TypeError, RecursionError):
         raise RequestError("bad_response", "GET %s: not an OpenAI model list: %r" % (url, text[:200]))

@@ -83,7 +83,15 @@ options:
     description: Sent as C(Authorization Bearer) to the API endpoints.
     type: str
   timeout:
-    description: Seconds one request may take, and the timeout of the C(/v1/models) lookup.
+    description:
+      - Seconds one request may take in all, from connecting to its last byte (a server that drips its answer
+        slowly ends there too, as a failure of kind C(timeout)).
+      - It also bounds, each as a whole, the C(/v1/models) lookup (at most 30 s), the engine identification of
+        V(auto) (at most 5 s for both of its requests) and each metrics scrape (at most 10 s, read and parsed).
+      - Answers are bounded in size as well; past a cap a request fails with kind C(oversized) (a response head
+        over 64 KiB, one server-sent event over 8 MiB, a chunk-size line over 64 KiB, a C(/v1/models) answer
+        over 4 MiB; a metrics scrape over 16 MiB is a warning). An error answer's body is read up to 1 MiB, then
+        cut, its status being the failure.
     type: float
     default: 600
   slo:
@@ -194,9 +202,19 @@ elapsed_s:
   description:
     - Seconds the whole call took on the target, from the model lookup to the last level's end, warm-up
       requests and every repeat included (each level's C(duration_s) is its measured window only).
-  returned: success
+    - Also when the call fails, up to the failure (the model lookup, a level where no request completed).
+  returned: always
   type: float
   sample: 93.4
+  version_added: 0.3.0
+error_kind:
+  description:
+    - Why the C(/v1/models) lookup failed, when it did; C(timeout) (no whole answer within its time),
+      C(oversized) (an answer past a size cap), C(bad_response) (not HTTP, or not a model list),
+      C(unreachable), or C(http_N) for an HTTP status.
+  returned: when the model lookup failed
+  type: str
+  sample: timeout
   version_added: 0.3.0
 url:
   description: The base URL benchmarked.
@@ -365,6 +383,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.serving.plugins.module_utils import _bench, _metrics, _openai_stream as _stream
 
+MODELS_TIMEOUT = 30.0    # seconds the /v1/models lookup may take in all (at most timeout)
+IDENTIFY_TIMEOUT = 5.0   # seconds the engine identification may take in all, both its requests (at most timeout)
+
 
 def _summary(result):
     return "c=%d: %s/%s ok, %s tok/s output, %s tok/s decode per request (p50), ttft p50 %s ms" % (
@@ -396,40 +417,44 @@ def main():
     )
     p = module.params
     began = time.monotonic()
+
+    def fail(msg, **kwargs):
+        module.fail_json(msg=msg, elapsed_s=round(time.monotonic() - began, 3), **kwargs)
+
     if not p["concurrency"]:
-        module.fail_json(msg="concurrency: give at least one level, for example [1, 32]")
+        fail("concurrency: give at least one level, for example [1, 32]")
     if any(c < 1 for c in p["concurrency"]):
-        module.fail_json(msg="concurrency: every level must be 1 or more, got %s" % p["concurrency"])
+        fail("concurrency: every level must be 1 or more, got %s" % p["concurrency"])
     for key, low in (("input_tokens", 1), ("output_tokens", 1), ("warmup", 0), ("requests_per_level", 1),
                      ("repeats", 1)):
         if p[key] is not None and p[key] < low:
-            module.fail_json(msg="%s must be %d or more, got %d" % (key, low, p[key]))
+            fail("%s must be %d or more, got %d" % (key, low, p[key]))
     if p["timeout"] <= 0:
-        module.fail_json(msg="timeout must be a positive number of seconds, got %s" % p["timeout"])
+        fail("timeout must be a positive number of seconds, got %s" % p["timeout"])
     slo = dict((k, v) for k, v in (p["slo"] or {}).items() if v is not None)
     if _metrics.slo_problems(slo):
-        module.fail_json(msg="; ".join(_metrics.slo_problems(slo)))
+        fail("; ".join(_metrics.slo_problems(slo)))
     try:
         target = _stream.Target(p["url"])
     except ValueError as exc:
-        module.fail_json(msg="url: %s" % exc)
+        fail("url: %s" % exc)
 
     try:
-        models = _stream.list_models(target, p["api_key"], min(p["timeout"], 30.0))
+        models = _stream.list_models(target, p["api_key"], min(p["timeout"], MODELS_TIMEOUT))
     except _stream.RequestError as exc:
-        module.fail_json(msg="server at %s is unreachable or not OpenAI-compatible: %s" % (p["url"], exc), url=p["url"])
+        fail("server at %s is unreachable or not OpenAI-compatible: %s" % (p["url"], exc), url=p["url"], error_kind=exc.kind)
     model = p["model"]
     if model is None:
         if not models:
-            module.fail_json(msg="%s lists no models at /v1/models; set model" % target.full("/v1/models"), url=p["url"])
+            fail("%s lists no models at /v1/models; set model" % target.full("/v1/models"), url=p["url"])
         model = models[0]
     elif models and model not in models:
-        module.fail_json(msg="model %r is not served at %s; the server offers: %s" % (model, p["url"], ", ".join(models)),
-                         url=p["url"], models=models)
+        fail("model %r is not served at %s; the server offers: %s" % (model, p["url"], ", ".join(models)),
+             url=p["url"], models=models)
 
     engine = p["engine"]
     if engine == "auto":
-        engine = _bench.identify(target, p["api_key"], min(p["timeout"], 5.0))
+        engine = _bench.identify(target, p["api_key"], min(p["timeout"], IDENTIFY_TIMEOUT))
     metrics_url = p["metrics_url"]
     if metrics_url is None and engine in ("sglang", "vllm"):
         metrics_url = target.full("/metrics")  # where both serve their counters (SGLang with --enable-metrics)

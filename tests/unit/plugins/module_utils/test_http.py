@@ -246,3 +246,121 @@ def test_plain_http_to_a_tls_server_is_an_error_not_a_hang(tls_server):
     with pytest.raises((http.client.HTTPException, OSError)):
         _http.request("127.0.0.1", tls_server, "GET", "/echo", timeout=1)
     assert time.monotonic() - began < 2.5
+
+
+# ---------------------------------------------------------------------------- every wait bounded as a whole
+def _serve_once(script):
+    """A raw server that reads one request, then runs script(conn) (it writes what it likes) until the client
+    goes or the script ends; its port. The thread ends when the client has gone."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+
+    def serve():
+        conn, dummy = sock.accept()
+        sock.close()
+        with conn:
+            conn.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            try:
+                script(conn)
+            except OSError:
+                pass  # the client went
+
+    threading.Thread(target=serve, daemon=True).start()
+    return sock.getsockname()[1]
+
+
+def _drip(head, byte=b" ", every=0.05, count=400):
+    def script(conn):
+        conn.sendall(head)
+        for dummy in range(count):
+            conn.sendall(byte)
+            time.sleep(every)
+    return script
+
+
+def _flood(head, block, total):
+    def script(conn):
+        conn.sendall(head)
+        sent = 0
+        while sent < total:
+            conn.sendall(block)
+            sent += len(block)
+    return script
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n",       # a body dripped a byte at a time
+    b"HTTP/1.1 200 OK\r\n",                                     # headers dripped a byte at a time (slowloris)
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",   # a chunk-size line dripped
+])
+def test_the_timeout_bounds_the_whole_exchange_not_each_read(head):
+    port = _serve_once(_drip(head, b"1" if b"chunked" in head else b"a"))
+    began = time.monotonic()
+    with pytest.raises(socket.timeout) as raised:
+        _http.request("127.0.0.1", port, "GET", "/v1/models", timeout=1.0)
+    took = time.monotonic() - began
+    assert 0.9 <= took < 1.9, took  # each read came within 0.05 s: only the whole exchange's deadline ends it
+    assert "no complete answer within 1s" in str(raised.value)
+
+
+def test_a_body_over_max_body_is_oversized_one_at_the_cap_is_read():
+    body = b"x" * 1000
+    port = _answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + body)
+    assert _http.request("127.0.0.1", port, "GET", "/", timeout=2, max_body=1000) == (200, "x" * 1000)
+    port = _answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 1001\r\n\r\n" + body + b"x")
+    with pytest.raises(_http.Oversized) as raised:
+        _http.request("127.0.0.1", port, "GET", "/", timeout=2, max_body=1000)
+    assert str(raised.value) == "the body passed 1000 bytes; read no further"
+    assert isinstance(raised.value, http.client.HTTPException)  # what the probe and other callers catch
+
+
+def test_an_endless_body_stops_at_the_cap_without_reading_on():
+    port = _serve_once(_flood(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", b"[" * 65536, 1 << 30))
+    began = time.monotonic()
+    with pytest.raises(_http.Oversized) as raised:
+        _http.request("127.0.0.1", port, "GET", "/", timeout=5)
+    assert "the body passed 4 MiB" in str(raised.value) and time.monotonic() - began < 3
+
+
+def test_an_error_body_is_cut_at_its_cap_and_returned():
+    start = b'{"error": {"message": "on fire", "pad": "'
+    port = _serve_once(_flood(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: %d\r\n\r\n%s" % (200 << 20, start),
+                              b"x" * (1 << 20), 200 << 20))
+    status, text = _http.request("127.0.0.1", port, "GET", "/", timeout=5)
+    assert status == 500 and len(text) == _http.ERROR_BODY_MAX and text.startswith(start.decode())
+
+
+def test_headers_without_end_are_oversized():
+    port = _serve_once(_flood(b"HTTP/1.1 200 OK\r\n", b"X-Pad: " + b"a" * 4096 + b"\r\n", 1 << 30))
+    with pytest.raises(_http.Oversized) as raised:
+        _http.request("127.0.0.1", port, "GET", "/", timeout=5)
+    assert str(raised.value) == "the response head passed 64 KiB; read no further"
+
+
+def test_an_endless_chunk_size_line_is_oversized():
+    port = _serve_once(_flood(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"f" * 65536, 1 << 30))
+    with pytest.raises(_http.Oversized) as raised:
+        _http.request("127.0.0.1", port, "GET", "/", timeout=5)
+    assert str(raised.value) == "a chunk-size line passed 64 KiB; read no further"
+
+
+def test_a_chunked_body_is_read_whole():
+    port = _answer_once(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                        b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+    assert _http.request("127.0.0.1", port, "GET", "/", timeout=2) == (200, "hello world")
+
+
+def test_limit_cuts_quietly_whatever_the_size():
+    port = _serve_once(_flood(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", b"y" * 65536, 1 << 30))
+    assert _http.request("127.0.0.1", port, "GET", "/", timeout=5, limit=10) == (200, "y" * 10)
+
+
+def test_size_text():
+    assert [_http.size_text(n) for n in (100, 65536, 1 << 20, 1500)] == ["100 bytes", "64 KiB", "1 MiB", "1500 bytes"]
