@@ -48,9 +48,20 @@ options:
     type: path
     default: /var/lib/inferops/serving
   log_dir:
-    description: Directory of the engine logs (C(NAME.log), appended at every start, mode 0640). An absolute path.
+    description:
+      - Directory of the engine logs, mode 0640. An absolute path.
+      - C(NAME.log) is the log of the engine started last. At each start the previous one moves to C(NAME.log.1),
+        C(NAME.log.1) to C(NAME.log.2), and so on (see O(log_keep)).
     type: path
     default: /var/log/inferops
+  log_keep:
+    description:
+      - How many engine logs are kept, the current C(NAME.log) included; the oldest beyond are removed at a start.
+        At least 1.
+      - A switch whose new variant fails and is rolled back quotes the failed start's log as C(NAME.log.1), where
+        it is after the restore started, so keep at least 2 to read it whole.
+    type: int
+    default: 5
   supervisor:
     description:
       - V(auto) uses systemd when it is PID 1 and usable, else V(process).

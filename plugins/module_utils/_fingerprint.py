@@ -39,6 +39,31 @@ def secret_env(env):
     return dict((k, v) for k, v in (env or {}).items() if is_secret_env(k))
 
 
+MASK = "********"  # what Ansible shows for a no_log value
+SECRET_MIN = 4  # a secret env value shorter than this (a flag such as AUTH=1) is not masked in text
+
+
+def secret_values(params):
+    """The secret values of a launch's parameters: the api key, and each credential-looking env value of at least
+    SECRET_MIN characters. The longest first, so that one that contains another is masked whole."""
+    values = set(v for v in secret_env((params or {}).get("env")).values() if v and len(str(v)) >= SECRET_MIN)
+    if (params or {}).get("api_key"):
+        values.add(params["api_key"])
+    return sorted((str(v) for v in values), key=len, reverse=True)
+
+
+def redact(value, secrets):
+    """value (text, or a list of texts such as a log tail) with every secret replaced by MASK."""
+    if isinstance(value, list):
+        return [redact(item, secrets) for item in value]
+    if not isinstance(value, str):
+        return value
+    for secret in secrets:
+        if secret in value:
+            value = value.replace(secret, MASK)
+    return value
+
+
 def redact_argv(argv, secrets):
     """argv with every argument equal to (or carrying, as in --api-key=S) a secret replaced."""
     out = []

@@ -115,6 +115,18 @@ def alive(pid, root=PROC_ROOT, starttime=None):
     return starttime is None or info.starttime == starttime
 
 
+def started_at(info, root=PROC_ROOT):
+    """When a process started, in seconds since the epoch (boot time plus its start time in clock ticks), or
+    None when /proc does not say."""
+    try:
+        for line in _read(os.path.join(root, "stat")).splitlines():
+            if line.startswith("btime "):
+                return round(int(line.split()[1]) + info.starttime / float(os.sysconf("SC_CLK_TCK")), 3)
+    except (IOError, OSError, ValueError):
+        pass
+    return None
+
+
 def list_procs(root=PROC_ROOT):
     procs = []
     for entry in os.listdir(root):

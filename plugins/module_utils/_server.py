@@ -13,7 +13,7 @@ by itself (_switch); this module waits for it (ready_wait) and reports its outco
 from __future__ import annotations
 
 from ansible_collections.inferops.serving.plugins.module_utils import (
-    _engines, _fingerprint, _idle_check, _lock, _preflight, _supervisor, _switch)
+    _engines, _fingerprint, _idle_check, _lock, _preflight, _recover, _supervisor, _switch)
 
 ServerError = _switch.ServerError
 probe_host = _switch.probe_host
@@ -39,8 +39,12 @@ def _start_reason(record, running, same, fingerprint):
         return "nothing runs"
     if not running:
         return "what was recorded no longer runs"
+    if record.get("recovered") and not record.get("fingerprint"):
+        return "what runs cannot be confirmed (its marker carries no fingerprint and no launch file describes it)"
     if record.get("fingerprint") != fingerprint:
         return "the configuration changed"
+    if record.get("recovered") and not record.get("secrets_digest"):
+        return "nothing left confirms the secrets it was started with (api_key, secret env values): it restarts once"
     if not same:
         return "api_key or a credential in env changed"
     return "state=restarted"
@@ -94,7 +98,7 @@ class Context(object):
         self.host = host
         self.kind = _supervisor.choose(params["supervisor"])
         self.sup = _supervisor.make(self.kind, params["name"], params["state_dir"], params["log_dir"],
-                                    params["stop_timeout"], host.run)
+                                    params["stop_timeout"], host.run, params.get("log_keep") or _supervisor.LOG_KEEP)
         self.launches = _switch.launches(params["state_dir"], params["name"])
         self.journal = _switch.journal(params["state_dir"], params["name"])
         self.lock = None
@@ -105,11 +109,25 @@ class Context(object):
                        "outcome": None, "served_model": None,
                        "switch_timeout_s": 2 * params["ready_timeout"] + 2 * params["stop_timeout"] + 300.0}
 
-    def load(self):
+    def load(self, recover=False):
+        """(record, running): the state file's record and whether its engine runs. With recover (under the
+        lock), a state file that is missing or corrupt while an engine of this instance runs is rebuilt from
+        the processes and NAME.launch.json (_recover), saved, and result.recovered says so."""
         record = self.sup.store.load()
         if record and record.get("corrupt"):
-            record = None
+            why, record = "corrupt", None
+        else:
+            why = "missing"
+        if recover and record is None:
+            record, note = _recover.rebuild(self.sup, _switch.loaded(self.launches), self._version, why)
+            if record is not None:
+                self.result["recovered"] = note
+                if not self.check_mode:
+                    self.sup.store.save(record)
         return record, bool(record) and self.sup.alive(record)
+
+    def _version(self, adapter, params):
+        return adapter.version(params, self.host.run)
 
 
 def reconcile(params, host, check_mode=False):
@@ -190,8 +208,11 @@ def _outcome(ctx, data, starter, diff):
     """(changed, result, diff) from a switch's journal, or the ServerError that says how it failed."""
     result = ctx.result
     result["switch"] = {"id": data.get("id"), "pid": data.get("pid"), "phase": data.get("phase")}
-    for key in ("stopped_pids", "stopped_exit", "gpu_check", "log_tail", "restored", "exit"):
+    for key in ("stopped_pids", "stopped_exit", "gpu_check", "log_tail", "log_file", "restored", "exit"):
         if data.get(key) is not None:
+            result[key] = data[key]
+    for key in ("reason", "recovered"):
+        if not result.get(key) and data.get(key):
             result[key] = data[key]
     target = data.get("target") or {}
     if not result.get("fingerprint"):
@@ -217,13 +238,16 @@ def _outcome(ctx, data, starter, diff):
     if outcome in _switch.FAILURES:
         record = ctx.sup.store.load() or {}
         extra.update(pid=record.get("pid"), healthy=bool(record) and outcome == _switch.ROLLED_BACK)
-    raise ServerError(data.get("msg") or "switch %s ended: %s" % (data.get("id"), outcome), **extra)
+    msg = data.get("msg") or "switch %s ended: %s" % (data.get("id"), outcome)
+    if data.get("recovered"):  # what the switch stopped was known only from the processes: say so
+        msg = "%s | %s" % (data["recovered"], msg)
+    raise ServerError(msg, **extra)
 
 
 def _stop(ctx):
     """state=stopped: needs no engine or model, as the state file says what runs."""
     params, sup, result = ctx.params, ctx.sup, ctx.result
-    record, running = ctx.load()
+    record, running = ctx.load(recover=True)
     result["current"] = current_of(record, running)
     strays = sup.carriers()
     changed = running or bool(strays) or bool(record)
@@ -269,6 +293,8 @@ def _restore_target(ctx, record, running):
     if record and record.get("previous"):  # a switch that never finished: what served before it
         return record["previous"], stored.get("previous")
     if record and running and not record.get("loading"):
+        if record.get("recovered") and not record.get("secrets_digest"):  # rebuilt, and no launch file describes it
+            return _switch.public(record), None
         return _switch.public(record), stored.get("current")
     return None, None
 
@@ -319,6 +345,12 @@ def interruption(sup, journal, record, running):
         record.get("variant") or record.get("fingerprint"), data.get("phase") or "an unknown phase", data.get("pid") or "?")
 
 
+def _noted(ctx, reason):
+    """A reason, after the note that the state file was rebuilt when it was."""
+    note = ctx.result.get("recovered")
+    return "%s; %s" % (note, reason) if note else reason
+
+
 def _decide(params, record, running, same, check_mode, answers, interrupted=None):
     """(action, reason or None). answers() probes the running server (called only when it decides);
     interrupted: interruption()'s answer, which makes a server left loading one to start afresh."""
@@ -326,7 +358,7 @@ def _decide(params, record, running, same, check_mode, answers, interrupted=None
         return SWITCH, interrupted
     if not (same and params["state"] == "started" and (running or record.get("loading"))):
         return SWITCH, None
-    loading = bool(record.get("loading")) or record.get("ready_s") is None
+    loading = bool(record.get("loading")) or (record.get("ready_s") is None and not record.get("recovered"))
     if running and not params["wait"] and not check_mode:
         return (REPORT_LOADING, LOADING) if loading else (KEEP_UNPROBED, RUNS)
     if loading:
@@ -339,7 +371,7 @@ def _decide(params, record, running, same, check_mode, answers, interrupted=None
 def _start(ctx, adapter, version, launch):
     """state=started (keep a healthy server of this configuration, else switch to it) and restarted."""
     params, sup, result = ctx.params, ctx.sup, ctx.result
-    record, running = ctx.load()
+    record, running = ctx.load(recover=True)
     result["current"] = current_of(record, running)
     secrets = _switch.secrets_of(params)
     same = (bool(record) and record.get("fingerprint") == launch.fingerprint and
@@ -352,7 +384,9 @@ def _start(ctx, adapter, version, launch):
         result.update(loading=True, outcome=_switch.LOADING, reason=reason, pid=record.get("pid"))
         return False, result, diff
     if action in (KEEP, KEEP_UNPROBED):
-        return _keep(ctx, record, launch, True if action == KEEP else None, diff)
+        changed, result, diff = _keep(ctx, record, launch, True if action == KEEP else None, diff)
+        result["reason"] = _noted(ctx, result["reason"])
+        return changed or bool(result.get("recovered")), result, diff  # the rebuilt state file is written
     previous, previous_params = _restore_target(ctx, record, running)
     if action == RESUME:
         result.update(reason=reason, pid=record.get("pid"))
@@ -367,6 +401,7 @@ def _start(ctx, adapter, version, launch):
     if record and record.get("pid") and not running:  # how it ended, as its watchdog recorded it
         result["exit"] = sup.ending(record, wait=0.0)
         result["reason"] += ": pid %s %s" % (record["pid"], result["exit"]["message"])
+    result["reason"] = _noted(ctx, result["reason"])
     return _switch_to(ctx, adapter, version, launch, record, running, (previous, previous_params), diff)
 
 
@@ -395,6 +430,9 @@ def _switch_to(ctx, adapter, version, launch, record, running, restore, diff):
 def _run(ctx, switch, starter, diff):
     """Hand the switch (and the lock) to a detached process, then wait for it as ready_wait and wait say."""
     params = ctx.params
+    for key in ("reason", "recovered"):  # a run that joins by the switch's id reports them too
+        if ctx.result.get(key):
+            switch.data[key] = ctx.result[key]
     pid = _switch.detach(switch, ctx.lock)
     data = _switch.await_switch(switch.data["id"], params["state_dir"], params["name"], pid=pid,
                                 limit=params.get("ready_wait") if params["wait"] else None,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -39,6 +40,39 @@ SUPERVISORS = ("auto", "systemd", "process")
 
 EXIT_UNKNOWN = -1  # exit_code(): the engine exited, with a status nobody recorded
 LOG_MODE = 0o640  # an engine log: its owner and group, never every local user
+LOG_KEEP = 5  # engine logs kept, the current one included (inference_server's log_keep)
+
+
+def rotate(path, keep):
+    """Before a start: PATH -> PATH.1, PATH.1 -> PATH.2, ..., so that with the log to come keep logs remain;
+    older ones (PATH.(keep-1) and beyond, left by a larger log_keep too) are removed."""
+    keep = max(1, int(keep))
+    directory, base = os.path.split(path)
+    numbered = re.compile(r"^%s\.([0-9]+)$" % re.escape(base))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        found = numbered.match(name)
+        if found and int(found.group(1)) >= keep - 1:
+            os.unlink(os.path.join(directory, name))
+    if keep == 1:
+        if os.path.lexists(path):
+            os.unlink(path)
+        return
+    for index in range(keep - 2, -1, -1):
+        src = "%s.%d" % (path, index) if index else path
+        if os.path.lexists(src):
+            os.replace(src, "%s.%d" % (path, index + 1))
+    first = "%s.1" % path
+    if os.path.isfile(first) and not os.path.islink(first) and os.stat(first).st_mode & 0o7777 & ~LOG_MODE:
+        os.chmod(first, LOG_MODE)  # a log an earlier version left readable by everyone is not kept so
+
+
+def log_holding(path, rotations):
+    """Where a log written at path is after rotations more starts: path, path.1, ..."""
+    return "%s.%d" % (path, rotations) if rotations else path
 
 
 def describe(end):
@@ -161,7 +195,7 @@ class StateStore(object):
 class Base(object):
     kind = None
 
-    def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT, run=None):
+    def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT, run=None, log_keep=LOG_KEEP):
         self.name = name
         self.state_dir = state_dir
         self.log_dir = log_dir
@@ -170,6 +204,7 @@ class Base(object):
         self.store = StateStore(name, state_dir)
         self.exits = StateStore(name, state_dir, "%s.exit.json" % name)
         self.log_path = os.path.join(log_dir, "%s.log" % name)
+        self.log_keep = log_keep
         self.marker = marker_value(name, state_dir)
 
     def ending(self, record, wait=2.0):
@@ -221,9 +256,11 @@ class Base(object):
         return self.leader_alive(record)
 
     def _open_log(self, argv):
-        """The log, appended to; created 0640 whatever the umask, and brought back to 0640 when it is wider:
-        an engine may print its arguments, a key among them (SGLang logs server_args=ServerArgs(...))."""
+        """A new log for this start, the previous ones rotated (rotate, log_keep); created 0640 whatever the
+        umask, and brought back to 0640 when it is wider: an engine may print its arguments, a key among them
+        (SGLang logs server_args=ServerArgs(...))."""
         os.makedirs(self.log_dir, exist_ok=True)
+        rotate(self.log_path, self.log_keep)
         fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE)
         if os.fstat(fd).st_mode & 0o7777 & ~LOG_MODE:
             os.fchmod(fd, LOG_MODE)
@@ -273,8 +310,8 @@ class ProcessSupervisor(Base):
 
     kind = "process"
 
-    def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT, run=None):
-        Base.__init__(self, name, state_dir, log_dir, root, run)
+    def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT, run=None, log_keep=LOG_KEEP):
+        Base.__init__(self, name, state_dir, log_dir, root, run, log_keep)
         # read now: a switch's detached process may start an engine (a restore) after the module exited,
         # when AnsiballZ has removed the payload zip that the source is read from
         self.watchdog = watchdog_source()
@@ -411,8 +448,8 @@ class SystemdSupervisor(Base):
     kind = "systemd"
 
     def __init__(self, name, state_dir, log_dir, root=_procs.PROC_ROOT, unit_dir="/etc/systemd/system",
-                 stop_timeout=60, run=None):
-        Base.__init__(self, name, state_dir, log_dir, root, run)
+                 stop_timeout=60, run=None, log_keep=LOG_KEEP):
+        Base.__init__(self, name, state_dir, log_dir, root, run, log_keep)
         self.unit = "inferops-%s.service" % name
         self.unit_path = os.path.join(unit_dir, self.unit)
         self.stop_timeout = stop_timeout
@@ -497,8 +534,8 @@ class SystemdSupervisor(Base):
             self._systemctl("daemon-reload")
 
 
-def make(kind, name, state_dir, log_dir, stop_timeout=60, run=None):
+def make(kind, name, state_dir, log_dir, stop_timeout=60, run=None, log_keep=LOG_KEEP):
     """The supervisor of kind for instance name; run is AnsibleModule.run_command."""
     if kind == "systemd":
-        return SystemdSupervisor(name, state_dir, log_dir, stop_timeout=stop_timeout, run=run)
-    return ProcessSupervisor(name, state_dir, log_dir, run=run)
+        return SystemdSupervisor(name, state_dir, log_dir, stop_timeout=stop_timeout, run=run, log_keep=log_keep)
+    return ProcessSupervisor(name, state_dir, log_dir, run=run, log_keep=log_keep)

@@ -209,6 +209,8 @@ class Switch(object):
         self.verify_gpus = verify_gpus
         self.journal = journal(params["state_dir"], params["name"])
         self.launches = launches(params["state_dir"], params["name"])
+        self.starts = 0  # engines started by this switch: each start moves the logs one place (_supervisor.rotate)
+        self.tail_start = None  # self.starts when the failed start's log tail was read
         salt = _fingerprint.new_salt()
         self.data = {
             "id": uuid.uuid4().hex[:16], "name": params["name"], "what": what, "pid": os.getpid(),
@@ -233,6 +235,18 @@ class Switch(object):
             _prune(os.path.dirname(own.path))
 
     def finish(self, outcome, msg, **fields):
+        """The switch's end, in its journal. Log tails and messages may quote the engine, which may print its
+        key: every secret of this launch and of the one restored is masked before anything is written."""
+        secrets = _fingerprint.secret_values(self.params) + _fingerprint.secret_values(self.previous_params)
+        fields = dict((key, _fingerprint.redact(value, secrets)) for key, value in fields.items())
+        msg = _fingerprint.redact(msg, secrets)
+        for key in ("log_tail", "error"):
+            if key in self.data:
+                self.data[key] = _fingerprint.redact(self.data[key], secrets)
+        if self.tail_start is not None:  # where the failed start's log is now: NAME.log, or NAME.log.1 after a restore
+            moved = self.starts - self.tail_start
+            self.data["log_file"] = (_supervisor.log_holding(self.sup.log_path, moved)
+                                     if moved < max(1, self.sup.log_keep) else None)
         self.data.update(fields)
         self.data.update(outcome=outcome, msg=msg, finished_at=time.time())
         self.phase("done")
@@ -261,6 +275,7 @@ class Switch(object):
         if previous:
             record["previous"] = previous
         record["started_at"] = time.time()
+        self.starts += 1
         record.update(self.sup.start(launch.argv, launch.env, launch.fingerprint))
         self.sup.store.save(record)
         stored = loaded(self.launches) or {}
@@ -355,17 +370,25 @@ class Switch(object):
         data.update(dict((k, v) for k, v in extra.items() if k in ("rc", "exit", "gpu_check", "timed_out")))
         try:
             data["log_tail"] = self._stop_failed(record)
+            if record is not None:
+                self.tail_start = self.starts
         except BaseException as stop_exc:  # pylint: disable=broad-except
             data["log_tail"] = []
             failure += "; stopping it failed too: %s" % stop_exc
+        if not restore and data.get("stopped_pids"):  # what was stopped served nothing known: never "nothing stopped"
+            self._failed(RESTORE_FAILED, failure, "RESTORE FAILED: nothing serves (pids %s were stopped, and nothing "
+                         "recorded a server to restore)" % ", ".join(str(p) for p in data["stopped_pids"]))
+            return
         if not restore:
             self._failed(NOTHING_STOPPED, failure, "nothing was stopped: nothing served before, and the failed "
                          "start was cleaned up")
             return
         name = self.previous.get("variant") or "the previous server"
         if not self.previous_params:
+            why = ("its state file was %s and no launch file describes pid %s" % (self.previous["recovered"], self.previous.get("pid"))
+                   if self.previous.get("recovered") else "it was started by an older inferops.serving")
             self._failed(RESTORE_FAILED, failure, "RESTORE FAILED: nothing serves (the launch of %s was not "
-                         "recorded: it was started by an older inferops.serving)" % name)
+                         "recorded: %s)" % (name, why))
             return
         self.phase("restoring")
         try:

@@ -472,6 +472,16 @@ reason:
   returned: always
   type: str
   sample: the configuration changed
+recovered:
+  description:
+    - Set when the state file was missing or corrupt while an engine of this instance ran. The record was rebuilt
+      from the engine's marker, its watchdog and C(NAME.launch.json), and saved. The reason starts with the same
+      words.
+    - When no launch file confirms the engine's launch, the variant is unknown. A switch then stops it knowingly, and
+      a re-run of the same configuration restarts it once, since nothing can confirm the secrets it was started with.
+  returned: when the state file was rebuilt
+  type: str
+  sample: 'state file was corrupt: rebuilt from pid 4242 (variant fast)'
 gpu_check:
   description: The result of O(gpu_check) (the return values of M(inferops.serving.gpu_idle_check)).
   returned: when O(gpu_check) ran
@@ -484,11 +494,20 @@ stopped_pids:
   elements: int
   sample: [4242, 4250]
 log_tail:
-  description: The last lines of the engine log of this start.
+  description:
+    - The last lines of the engine log of the start that failed, every O(api_key) and secret O(env) value (of this
+      call and of the server restored) replaced by C(********).
   returned: on failure to become ready
   type: list
   elements: str
   sample: ["ValueError: unknown quantization method"]
+log_file:
+  description:
+    - The file that holds the log of the start that failed, now. After a restore, the restored server writes
+      C(NAME.log) and the failed start's log is C(NAME.log.1). Null when O(log_keep) let it go.
+  returned: on failure to become ready
+  type: str
+  sample: /srv/inference/log/inference.log.1
 rc:
   description: The engine's exit code when it exited before it was ready (-N when signal N ended it).
   returned: on failure, when the engine exited
@@ -526,7 +545,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _idle_check, _instance_args, _server
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _idle_check, _instance_args, _server
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -560,6 +579,8 @@ def validate(p):
         if not os.path.isabs(p[key]):
             errors.append("%s must be an absolute path, got %r: a relative one would resolve against the directory "
                           "the module happens to run in, where a later run would not find it" % (key, p[key]))
+    if p["log_keep"] < 1:
+        errors.append("log_keep must be 1 or more (the engine logs kept, the current one included), got %s" % p["log_keep"])
     if p["gpu_check"]:
         errors.extend("gpu_check: %s" % err for err in _idle_check.validate(p["gpu_check"]))
     for key, value in (p["env"] or {}).items():
@@ -602,6 +623,7 @@ def main():
         module.fail_json(msg="; ".join(errors), outcome="nothing_stopped", failure="; ".join(errors),
                          outcome_msg="nothing was stopped")
     p["env"] = dict((str(k), str(v)) for k, v in (p["env"] or {}).items())
+    module.no_log_values.update(_fingerprint.secret_values(p))  # secret env values too, as api_key (no_log)
     p["state_dir"] = os.path.normpath(p["state_dir"])
     p["log_dir"] = os.path.normpath(p["log_dir"])
     module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")

@@ -28,9 +28,10 @@ play playbooks/tune.yml -e base=batched -e '{"tune_grid": {"cb_use_cuda_graph": 
 cat "$OUTDIR/results/tuned-batched.yml"
 
 stamp "4. the same tune again: resumed from the history"
-before=$(grep -c ': starting h200' "$H200_WORK/log/h200.log")
+starts() { cat "$H200_WORK"/log/h200.log* | grep -c ': starting h200'; }  # one log per start (log_keep)
+before=$(starts)
 play playbooks/tune.yml -e base=batched -e '{"tune_grid": {"cb_use_cuda_graph": [true, false]}}' -e repeats=2
-echo "engine starts in the log: $before before the second tune, $(grep -c ': starting h200' "$H200_WORK/log/h200.log") after"
+echo "engine starts in the log: $before before the second tune, $(starts) after"
 
 stamp "5. stop and verify the GPU clean"
 play playbooks/stop.yml

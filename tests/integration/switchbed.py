@@ -71,7 +71,7 @@ def fleet(tmp_path, port, fake_gpus):
             "serving_engine": "command", "serving_model": "standin", "serving_name": "sv",
             "serving_port": port, "serving_state_dir": str(state), "serving_log_dir": str(tmp_path / "log"),
             "serving_supervisor": "process", "serving_ready_timeout": 20, "serving_stop_timeout": 5,
-            "serving_progress_delay": 1,
+            "serving_progress_delay": 1, "serving_log_keep": 50,
             "serving_gpu_check": {"backend": "nvidia_smi", "timeout": 10, "kill_grace": 2},
             "serving_bench": {"concurrency": [1, 4], "requests_per_level": 8, "input_tokens": 8,
                               "output_tokens": 16, "warmup": 0},

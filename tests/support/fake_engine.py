@@ -39,6 +39,8 @@ def main(argv):
     parser.add_argument("--orphan")
     parser.add_argument("--worker")
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--echo-args", action="store_true",
+                        help="print the command line and the credential env values at start, as SGLang logs server_args")
     args = parser.parse_known_args(argv)[0]
 
     if args.child:  # the orphan: a new session, out of the engine's process group
@@ -49,6 +51,9 @@ def main(argv):
             time.sleep(3600)
 
     print("fake engine %s starting on %s:%d (%s)" % (args.model, args.host, args.port, args.mode), flush=True)
+    if args.echo_args:
+        secrets = dict((k, v) for k, v in os.environ.items() if k.endswith(("_TOKEN", "_KEY")))
+        print("server_args=ServerArgs(argv=%r, env=%r)" % (argv, secrets), flush=True)
     if args.orphan:
         subprocess.Popen([sys.executable, os.path.abspath(__file__), "--port", "0", "--child", "--orphan", args.orphan],
                          stdin=subprocess.DEVNULL, close_fds=True)

@@ -6,6 +6,7 @@ lists them, each refusing a broken catalog or an unknown variant with an Ansible
 
 from __future__ import annotations
 
+import base64
 import os
 
 import pytest
@@ -25,10 +26,11 @@ DEFAULTED = {"baseline": {"engine_args": {"device": "auto"}},
              "batched": {"extends": "baseline", "engine_args": {"continuous_batching": True}}}
 
 
-def test_the_module_registers_exactly_its_two_filters():
+def test_the_module_registers_exactly_its_three_filters():
     filters = variants_filter.FilterModule().filters()
     assert filters == {"resolve_variant": variants_filter.resolve_variant,
-                       "variant_names": variants_filter.variant_names}
+                       "variant_names": variants_filter.variant_names,
+                       "state_record": variants_filter.state_record}
     here = os.path.dirname(os.path.abspath(variants_filter.__file__))
     assert [name for name in filters if not os.path.isfile(os.path.join(here, "%s.yml" % name))] == []
 
@@ -98,3 +100,21 @@ def test_variant_names_of_a_catalog_relying_on_the_defaults_takes_them():
     assert variants_filter.variant_names(DEFAULTED, "transformers", "/models/tiny") == ["baseline", "batched"]
     with pytest.raises(AnsibleFilterError, match=r"variant baseline has no engine"):
         variants_filter.variant_names(DEFAULTED)
+
+
+def _b64(text):
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, {}),
+    ("", {}),
+    (_b64(""), {}),  # an emptied state file
+    (_b64('{"varia'), {}),  # half-written
+    (_b64("[1, 2]"), {}),  # JSON, not a record
+    (_b64('{"corrupt": true}'), {}),
+    ("not base64!", {}),
+    (_b64('{"variant": "fast", "pid": 42}'), {"variant": "fast", "pid": 42}),
+])
+def test_state_record_reads_a_record_or_nothing(content, expected):
+    assert variants_filter.state_record(content) == expected

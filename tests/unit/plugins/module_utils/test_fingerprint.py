@@ -35,3 +35,19 @@ def test_fingerprint_excludes_secrets_but_sees_changes():
     salt = _fingerprint.new_salt()
     assert _fingerprint.secrets_digest(salt, {"k": "one"}) != _fingerprint.secrets_digest(salt, {"k": "two"})
     assert _fingerprint.is_secret_env("OPENAI_API_KEY") and not _fingerprint.is_secret_env("CUDA_VISIBLE_DEVICES")
+
+
+def test_secret_values_are_the_key_and_the_credential_env_values():
+    params = {"api_key": "k3y", "env": {"HF_TOKEN": "hf_abcdef", "AUTH_ENABLED": "1", "CUDA_VISIBLE_DEVICES": "0,1",
+                                        "AWS_SECRET_ACCESS_KEY": "hf_abcdef-and-more"}}
+    values = _fingerprint.secret_values(params)
+    assert values == ["hf_abcdef-and-more", "hf_abcdef", "k3y"]  # the longest first; a short flag is no secret
+    assert _fingerprint.secret_values(None) == [] and _fingerprint.secret_values({"env": {}}) == []
+
+
+def test_redact_masks_every_secret_in_text_and_lists():
+    secrets = _fingerprint.secret_values({"api_key": "sk-1", "env": {"HF_TOKEN": "hf_abcdef", "X_KEY": "hf_abcdef-xyz"}})
+    line = "server_args=ServerArgs(api_key='sk-1', token=hf_abcdef-xyz, other=hf_abcdef)"
+    assert _fingerprint.redact(line, secrets) == "server_args=ServerArgs(api_key='********', token=********, other=********)"
+    assert _fingerprint.redact([line, "plain"], secrets)[1] == "plain"
+    assert _fingerprint.redact(None, secrets) is None and _fingerprint.redact(3, secrets) == 3

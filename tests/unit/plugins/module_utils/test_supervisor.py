@@ -140,4 +140,36 @@ def test_the_engine_log_is_0640_whatever_the_umask(tmp_path, umask, before):
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(sup.log_path).st_mode) == 0o640
-    assert offset == (4 if before is not None else 0)
+    assert offset == 0  # a new log for each start
+    if before is not None:  # the earlier log, rotated to x.log.1, is not left readable by everyone either
+        assert open(sup.log_path + ".1").read() == "old\n"
+        assert stat.S_IMODE(os.stat(sup.log_path + ".1").st_mode) == 0o640
+
+
+def _logs(sup):
+    return sorted(name for name in os.listdir(sup.log_dir) if name.startswith("x.log"))
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3, 5])
+def test_each_start_gets_a_new_log_and_keep_logs_remain(tmp_path, keep):
+    sup = _supervisor.ProcessSupervisor("x", str(tmp_path / "state"), str(tmp_path / "log"), log_keep=keep)
+    for start in range(7):
+        handle, dummy = sup._open_log(["engine"])
+        handle.write(("start %d\n" % start).encode())
+        handle.close()
+    expected = ["x.log"] + ["x.log.%d" % i for i in range(1, keep)]
+    assert _logs(sup) == sorted(expected)
+    for index in range(keep):  # x.log is the last start, x.log.N the one N starts before
+        path = _supervisor.log_holding(sup.log_path, index)
+        assert open(path).read().endswith("start %d\n" % (6 - index))
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+
+
+def test_a_smaller_log_keep_removes_the_logs_beyond_it(tmp_path):
+    sup = _supervisor.ProcessSupervisor("x", str(tmp_path / "state"), str(tmp_path / "log"), log_keep=6)
+    for dummy in range(6):
+        sup._open_log(["engine"])[0].close()
+    assert len(_logs(sup)) == 6
+    sup.log_keep = 2
+    sup._open_log(["engine"])[0].close()
+    assert _logs(sup) == ["x.log", "x.log.1"]

@@ -92,6 +92,7 @@ class FakeSup(object):
     kind = "process"
     marker = "m@x"
     run = None  # no run_command: the engine version reads as unknown
+    log_keep = 5
 
     def __init__(self, state_dir, failing=()):
         self.store = _supervisor.StateStore("sv", state_dir)
@@ -228,3 +229,38 @@ def test_gpu_check_failure_after_the_stop_is_a_switch_failure(tmp_path, ready_pr
                           previous=dict(old), previous_params=old_params, verify_gpus=check, what="switch to new").run()
     assert data["outcome"] == "rolled_back" and "GPUs not clean (sv was not started): GPU 3 held" in data["msg"]
     assert sup.events == [("stop", "old-engine"), ("start", "old-engine")]  # the new one never started
+
+
+def test_a_failed_start_s_log_tail_is_masked_and_named_where_it_is_now(tmp_path, ready_probe):
+    """The tail quotes what the engine printed (its key among it): the journal masks the key of the variant
+    started and the token of the one restored, and says the failed start's log is sv.log.1 after the restore."""
+    sup = FakeSup(str(tmp_path), failing={"new-engine"})
+    with open(sup.log_path, "w") as handle:
+        handle.write("server_args=ServerArgs(api_key='sk-new-0001', token='hf_old_token_9')\nRuntimeError: boom\n")
+    state_dir = str(tmp_path)
+    old_params = dict(_params(state_dir, "old-engine", "old"), env={"HF_TOKEN": "hf_old_token_9"})
+    sup.running[50] = "old-engine"
+    params = dict(_params(state_dir, "new-engine", "new"), api_key="sk-new-0001", command=["new-engine", "sk-new-0001"])
+    launch = _engines.adapter("command").build(params)
+    old = {"pid": 50, "variant": "old", "fingerprint": "sha256:old", "url": "http://127.0.0.1:1"}
+    data = _switch.Switch(sup, params, launch, old=old, stop_old=True, previous=dict(old), previous_params=old_params,
+                          verify_gpus=lambda check, mode, owner=None: {}, what="switch to new").run()
+    assert data["outcome"] == "rolled_back"
+    assert data["log_tail"][0] == "server_args=ServerArgs(api_key='********', token='********')"
+    assert data["log_file"] == sup.log_path + ".1"  # two starts: the failed one, then the restore
+    for path in (tmp_path / "sv.switch.json", tmp_path / "sv.switches" / ("%s.json" % data["id"])):
+        text = path.read_text()
+        assert "sk-new-0001" not in text and "hf_old_token_9" not in text
+
+
+def test_a_switch_that_stopped_something_never_says_nothing_was_stopped(tmp_path, ready_probe):
+    """Strays stopped (no record of a server that had been ready), then the start fails: restore_failed, naming
+    the pids, not nothing_stopped."""
+    sup = FakeSup(str(tmp_path), failing={"new-engine"})
+    sup.running[77] = "stray"
+    params = _params(str(tmp_path), "new-engine", "new")
+    launch = _engines.adapter("command").build(params)
+    data = _switch.Switch(sup, params, launch, old={"pid": 77}, stop_old=True, previous=None, previous_params=None,
+                          verify_gpus=lambda check, mode, owner=None: {}, what="switch to new").run()
+    assert data["outcome"] == "restore_failed"
+    assert "pids 77 were stopped" in data["outcome_msg"]
