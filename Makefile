@@ -77,8 +77,15 @@ engine-envs: $(ENGINE_STAMPS) ## the side environments holding the pinned SGLang
 conformance: setup engine-envs ## the real SGLang/vLLM parsers and --help against every example variant and module doc example
 	ENGINE_ENVS=$(CURDIR)/$(ENGINE_ENVS) python -m pytest -q tests/conformance
 
-integration: setup ## integration tests: real ansible-playbook runs on localhost
-	python -m pytest -q tests/integration
+# Two workers (pytest-xdist): the tests mostly wait on engines and ansible-playbook, and each has its own
+# ports, state dirs and fake GPUs. The tiny model is built once first, so the workers do not race to build it.
+# The tests marked `timing` (measured times against a server of known timing, to a few per cent) run after,
+# alone: on a 2-core machine a second worker's load moves those figures.
+INTEGRATION_WORKERS ?= 2
+integration: setup ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
+	python tools/build_tiny_model.py --out build/tiny-model >/dev/null 2>&1
+	python -m pytest -q -n $(INTEGRATION_WORKERS) -m "not timing" tests/integration
+	python -m pytest -q -m timing tests/integration
 
 molecule: setup ## Molecule scenario extensions/molecule/default: converge -> idempotence -> verify -> cleanup
 	cd extensions && MOLECULE_SERVING_PORT=$$($(BIN)/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \

@@ -68,6 +68,11 @@ class PlaybookRun(object):
         raise AssertionError("no recap for %s:\n%s" % (host, self.stdout[-4000:]))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timing: compares measured times with a server of known timing to a few per cent; "
+                            "`make integration` runs these alone, after the others, so that no other test loads the CPU")
+
+
 @pytest.fixture
 def ansible_env(tmp_path):
     """Environment for ansible-playbook: this repo's ansible.cfg, the test record callback."""

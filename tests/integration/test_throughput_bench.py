@@ -62,6 +62,7 @@ def near(measured, expected, rel):
     return abs(measured - expected) <= rel * expected
 
 
+@pytest.mark.timing
 def test_figures_match_the_known_timing_completions_and_chat(run_playbook, standin):
     plain = standin("--k", "1")
     multi = standin("--k", "3", "--role-chunk", "--utf8")
@@ -107,6 +108,7 @@ def test_figures_match_the_known_timing_completions_and_chat(run_playbook, stand
     assert res["slo_met"] == 8 and near(res["goodput"], res["request_throughput"], 1e-6)
 
 
+@pytest.mark.timing
 def test_repeats_run_the_sweep_again_in_one_call_each_level_labelled(run_playbook, standin):
     url = standin("--k", "1")
     n = 16
