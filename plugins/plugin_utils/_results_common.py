@@ -19,6 +19,10 @@ IDENTITY_KEYS = ("host", "variant", "fingerprint", "concurrency")
 SCALARS = ("completed", "failed", "duration_s", "output_throughput", "input_throughput",
            "request_throughput", "goodput", "slo_attainment", "tokens_per_chunk", "token_source",
            "acceptance_length")
+# what a record says about how it was measured, null until the benchmark reports it: the server instance (a
+# replica of a host, from the labels), the settings the engine resolved, the warm-up the level had and whether
+# it was measured at steady state (from the level)
+CONTEXT_KEYS = ("instance", "resolved", "warmup_s", "steady")
 # a level's distributions (dicts of percentiles): the record keeps the p50 under the key, these as KEY_PCT
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps_per_request", "e2e_tps_per_request")
 PERCENTILES = ("mean", "p90", "p99")

@@ -14,7 +14,7 @@ import os
 
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_collect import BENCH_ACTION, RunCollector
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import (
-    DISTRIBUTIONS, PERCENTILES, RECORD_KEY, SCALARS, SUMMARY_KEYS, num, repeat_index)
+    CONTEXT_KEYS, DISTRIBUTIONS, PERCENTILES, RECORD_KEY, SCALARS, SUMMARY_KEYS, num, repeat_index)
 
 HISTORY_FILE = "history.jsonl"
 
@@ -50,7 +50,10 @@ def history_records(collector, now, rid):
                         for pct in PERCENTILES:
                             rec["%s_%s" % (key, pct)] = num(dist.get(pct))
                 rec["errors"] = level.get("errors")
-                extra = dict((k, v) for k, v in bench["labels"].items() if k not in ("variant", "fingerprint", "host"))
+                for key in CONTEXT_KEYS:
+                    rec[key] = bench["labels"].get(key) if key == "instance" else level.get(key)
+                extra = dict((k, v) for k, v in bench["labels"].items()
+                             if k not in ("variant", "fingerprint", "host", "instance"))
                 if extra:
                     rec["labels"] = extra
                 records.append(rec)

@@ -115,6 +115,19 @@ def test_history_records_one_per_host_variant_concurrency():
     assert rec["acceptance_length"] == 2.5
     assert rec["output_throughput"] == pytest.approx(256 / 2.6)
     assert rec["tpot_ms_p99"] == pytest.approx(10.0)
+    # room for what comes next: null until a benchmark reports them
+    assert [rec[key] for key in ("instance", "resolved", "warmup_s", "steady")] == [None] * 4
+
+
+def test_history_records_carry_the_instance_label_and_the_level_s_context():
+    result = bench_result((1,), variant="v", fingerprint="f")
+    result["results"][0].update(warmup_s=2.5, steady=True, resolved={"max_num_batched_tokens": 8192})
+    for level in result["results"]:
+        level.setdefault("labels", {})["instance"] = "r1"
+    col = collect(("h", "throughput_bench", result))
+    (rec,) = _results_history.history_records(col, NOW, "rid")
+    assert (rec["instance"], rec["warmup_s"], rec["steady"]) == ("r1", 2.5, True)
+    assert rec["resolved"] == {"max_num_batched_tokens": 8192} and "instance" not in rec.get("labels", {})
 
 
 # ---- history ------------------------------------------------------------------------------
