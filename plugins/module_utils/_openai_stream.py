@@ -191,11 +191,7 @@ class SSEParser(object):
             if data:
                 self._keep(data)
             return []
-        blocks = data.split(b"\n\n")
-        rest = blocks.pop()
-        if rest:
-            self._keep(rest)
-        return [p for p in (self._data(block) for block in blocks) if p is not None]
+        return self._split(data)
 
     def _more(self, data):
         parts = self._parts
@@ -216,6 +212,10 @@ class SSEParser(object):
         buf = b"".join(parts)
         self._parts = []
         self._size = 0
+        return self._split(buf)
+
+    def _split(self, buf):
+        """The data of the events complete in buf; what follows the last blank line is kept for the next read."""
         blocks = buf.split(b"\n\n")
         rest = blocks.pop()
         if rest:

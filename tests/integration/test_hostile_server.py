@@ -31,6 +31,7 @@ if SUPPORT not in sys.path:
     sys.path.insert(0, SUPPORT)
 
 import rss_python  # noqa: E402  pylint: disable=wrong-import-position
+import stand_in  # noqa: E402  pylint: disable=wrong-import-position
 
 TIMEOUT = 3.0
 PEAK_RSS_MIB = 150
@@ -87,12 +88,7 @@ def hostile(tmp_path):
 
     yield start
     for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stand_in.stop(proc)
         proc.stderr.close()
 
 

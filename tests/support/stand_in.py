@@ -48,9 +48,14 @@ def stand_in(port, *args, python=None):
         wait_health(url, proc=proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+
+
+def stop(proc, grace=5):
+    """SIGTERM, then SIGKILL after grace seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
