@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from switchbed import STOP, engines, fake_engine, fleet, flat, port_owner, serving, started, switch, untouched  # noqa: F401 pylint: disable=unused-import
+from switchbed import STOP, benchmarked, engines, fake_engine, fleet, flat, port_owner, serving, started, switch, untouched  # noqa: F401 pylint: disable=unused-import
 from test_switch_safety import _journal, _kill_group, _popen_playbook, _wait_for
 
 from ansible_collections.inferops.serving.plugins.module_utils import _procs
@@ -128,11 +128,14 @@ def test_a_rerun_with_a_lost_state_file_keeps_the_healthy_server(switch, fleet):
     plan = switch("fast", check=True)
     assert plan.rc == 0 and fleet.record() is None
     assert "state file was missing: rebuilt from pid %d (variant fast)" % before["pid"] in flat(plan)
-    run = switch("fast", extra={"bench": "never"})
+    run = switch("fast")  # bench auto: a switch would benchmark
     assert run.rc == 0, run.stdout[-3000:]
     out = flat(run)
-    assert "state file was missing: rebuilt from pid %d (variant fast); it serves with this configuration and is healthy" \
-        % before["pid"] in out
+    assert ("serves it already, healthy: nothing to change (state file was missing: rebuilt from pid %d (variant fast), "
+            "and written again)" % before["pid"]) in out
+    assert run.result("inference_server")["reason"] == ("state file was missing: rebuilt from pid %d (variant fast); it "
+                                                        "serves with this configuration and is healthy" % before["pid"])
+    assert run.recap()["changed"] == 1 and not benchmarked(run)  # the state file written again; no switch, no benchmark
     after = serving(fleet, "fast", pid=before["pid"])
     assert after["recovered"] == "missing" and after["fingerprint"] == before["fingerprint"]
     assert stat.S_IMODE(os.stat(fleet.state_dir / "sv.json").st_mode) == 0o600
