@@ -189,7 +189,7 @@ def test_kill_9_of_the_controller_mid_switch_the_host_finishes_alone(switch, fle
 def test_two_runs_at_once_one_waits_and_exactly_one_engine_serves(switch, fleet, ansible_env):
     # a load long enough that the fourth run meets the third one's switch under way even on a busy machine (8 s
     # was not, with two test workers and a load average of 7 on 2 cores: ansible-playbook alone took that long)
-    fleet.add_variants({"slowload": {"command": fake_engine(fleet.port, "ok") + ["--load-s", "20"]}})
+    fleet.add_variants({"slowload": {"command": fake_engine(fleet.port, "ok") + ["--load-s", "20"], "ready_timeout": 90}})
     started(switch, fleet)
     first = _popen_playbook(fleet, ansible_env, "slowload")
     _wait_for(lambda: _journal(fleet).get("target", {}).get("variant") == "slowload", 60, "the first switch")
