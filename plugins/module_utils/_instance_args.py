@@ -19,7 +19,7 @@ INSTANCE_SPEC = dict(
     port=dict(type="int", required=True),
     state_dir=dict(type="path", default=DEFAULT_STATE_DIR),
     log_dir=dict(type="path", default=DEFAULT_LOG_DIR),
-    log_keep=dict(type="int", default=5),
+    log_keep=dict(type="int", default=_supervisor.LOG_KEEP),
     supervisor=dict(type="str", default="auto", choices=list(_supervisor.SUPERVISORS)),
     ready_timeout=dict(type="float", default=1800.0),
     stop_timeout=dict(type="float", default=120.0),

@@ -19,9 +19,10 @@ Standard library only.
 
 from __future__ import annotations
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _marker, _procs, _switch
+from ansible_collections.inferops.serving.plugins.module_utils import (
+    _engines, _fingerprint, _marker, _procs, _switch, _watchdog)
 
-WATCHDOG_MARK = "The watchdog parent of one engine"  # the first line of _watchdog's docstring, in its -c source
+WATCHDOG_MARK = _watchdog.__doc__.splitlines()[0]  # its docstring opens the -c source the supervisor runs
 
 
 def main_engine(carriers, root=_procs.PROC_ROOT):
@@ -61,6 +62,12 @@ def confirmed(stored, engine, marker, version_of):
     else:  # a version-1 marker carries no fingerprint: the command line must be the launch's
         same = bool(engine.argv) and engine.argv[1:] == list(launch.argv[1:])
     return (params, launch, version) if same else (None, None, None)
+
+
+def unconfirmed(record):
+    """A record rebuilt with nothing to confirm its launch (no launch file of that fingerprint): its variant,
+    argv and secrets are unknown, so it cannot be restored and a re-run of it restarts once."""
+    return bool(record) and bool(record.get("recovered")) and not record.get("secrets_digest")
 
 
 def rebuild(sup, stored, version_of, why):

@@ -43,7 +43,7 @@ def _start_reason(record, running, same, fingerprint):
         return "what runs cannot be confirmed (its marker carries no fingerprint and no launch file describes it)"
     if record.get("fingerprint") != fingerprint:
         return "the configuration changed"
-    if record.get("recovered") and not record.get("secrets_digest"):
+    if _recover.unconfirmed(record):
         return "nothing left confirms the secrets it was started with (api_key, secret env values): it restarts once"
     if not same:
         return "api_key or a credential in env changed"
@@ -98,7 +98,7 @@ class Context(object):
         self.host = host
         self.kind = _supervisor.choose(params["supervisor"])
         self.sup = _supervisor.make(self.kind, params["name"], params["state_dir"], params["log_dir"],
-                                    params["stop_timeout"], host.run, params.get("log_keep") or _supervisor.LOG_KEEP)
+                                    params["stop_timeout"], host.run, params["log_keep"])
         self.launches = _switch.launches(params["state_dir"], params["name"])
         self.journal = _switch.journal(params["state_dir"], params["name"])
         self.lock = None
@@ -293,7 +293,7 @@ def _restore_target(ctx, record, running):
     if record and record.get("previous"):  # a switch that never finished: what served before it
         return record["previous"], stored.get("previous")
     if record and running and not record.get("loading"):
-        if record.get("recovered") and not record.get("secrets_digest"):  # rebuilt, and no launch file describes it
+        if _recover.unconfirmed(record):  # rebuilt, and no launch file describes it
             return _switch.public(record), None
         return _switch.public(record), stored.get("current")
     return None, None
