@@ -343,10 +343,27 @@ class Command(Adapter):
         return [], []
 
     def prefix(self, params):
-        return list(params["command"])
+        return placed(params["command"], params)
 
     def launcher(self, params):
         return params["command"][0]
+
+
+PLACEHOLDERS = ("{host}", "{port}")
+
+
+def placed(argv, params):
+    """argv with each literal {host} and {port} replaced by the instance's host and port: plain string
+    replacement inside each element (never str.format, never a shell), so '--port={port}' works and any
+    other brace stays as written. A replica's command thus needs no per-instance copy."""
+    values = {"{host}": str(params.get("host") or ""), "{port}": str(params.get("port") or "")}
+    out = []
+    for arg in argv:
+        for token in PLACEHOLDERS:
+            if token in arg:
+                arg = arg.replace(token, values[token])
+        out.append(arg)
+    return out
 
 
 ADAPTERS = dict((a.name, a()) for a in (SGLang, VLLM, TRTLLM, Transformers, Command))

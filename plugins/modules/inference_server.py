@@ -128,7 +128,10 @@ options:
     type: dict
     default: {}
   command:
-    description: The full argv for O(engine=command). The program must serve the OpenAI API on O(host):O(port).
+    description:
+      - The full argv for O(engine=command). The program must serve the OpenAI API on O(host):O(port).
+      - Each literal C({host}) and C({port}) in an element is replaced by O(host) and O(port) (plain string
+        replacement, no shell), so one command serves every replica of a host.
     type: list
     elements: str
   executable:

@@ -94,6 +94,14 @@ def test_command_argv_keeps_shell_characters_in_one_argument():
     assert len(launch.argv) == 5
 
 
+def test_command_placeholders_take_the_instance_host_and_port_as_plain_strings():
+    cmd = ["/bin/server", "--port", "{port}", "--bind={host}:{port}", "{portx}", "{0}", "$(id) {host}"]
+    launch = build(engine="command", command=cmd, host="10.1.2.3", port=8101)
+    assert launch.argv == ["/bin/server", "--port", "8101", "--bind=10.1.2.3:8101", "{portx}", "{0}", "$(id) 10.1.2.3"]
+    other = build(engine="command", command=cmd, host="10.1.2.3", port=8102)
+    assert launch.fingerprint != other.fingerprint  # two replicas of one command are two configurations
+
+
 def test_engine_args_must_not_move_host_or_port():
     with pytest.raises(_engines.EngineError, match="port parameter"):
         build(engine="vllm", engine_args={"port": 1})
