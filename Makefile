@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units conformance engine-envs integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
+.PHONY: help setup test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -77,12 +77,26 @@ engine-envs: $(ENGINE_STAMPS) ## the side environments holding the pinned SGLang
 conformance: setup engine-envs ## the real SGLang/vLLM parsers and --help against every example variant and module doc example
 	ENGINE_ENVS=$(CURDIR)/$(ENGINE_ENVS) python -m pytest -q tests/conformance
 
+# The real sglang-router for the replica and router_worker integration tests: its own environment (a Rust
+# binary in an abi3 wheel, with aiohttp, fastapi, uvicorn, orjson, setproctitle), pinned in
+# tests/support/router-requirements.txt; rebuilt when that file changes.
+ROUTER_VENV := build/router-venv
+
+$(ROUTER_VENV)/.installed: tests/support/router-requirements.txt
+	rm -rf $(ROUTER_VENV)
+	$(PYTHON) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/python -m pip install -q --disable-pip-version-check -r $<
+	$(ROUTER_VENV)/bin/python -m sglang_router.launch_router --help >/dev/null
+	touch $@
+
+router-env: $(ROUTER_VENV)/.installed ## the side environment holding the pinned sglang-router (build/router-venv)
+
 # Two workers (pytest-xdist): the tests mostly wait on engines and ansible-playbook, and each has its own
 # ports, state dirs and fake GPUs. The tiny model is built once first, so the workers do not race to build it.
 # The tests marked `timing` (measured times against a server of known timing, to a few per cent) run after,
 # alone: on a 2-core machine a second worker's load moves those figures.
 INTEGRATION_WORKERS ?= 2
-integration: setup ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
+integration: setup router-env ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
 	python tools/build_tiny_model.py --out build/tiny-model >/dev/null 2>&1
 	python -m pytest -q -n $(INTEGRATION_WORKERS) -m "not timing" tests/integration
 	python -m pytest -q -m timing tests/integration

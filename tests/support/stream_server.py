@@ -18,6 +18,7 @@ chunked transfer encoding or close-delimited bodies, dropped connections, vLLM s
 on /metrics. --engine sglang or vllm gives the real engines' own shapes
 (each read from the engine's source; see _sglang_metrics, _vllm_metrics and the sglext chunk): what
 each answers to identify it, its Prometheus counters with several label sets and _created samples,
+SGLang's in-flight gauge sglang:num_running_reqs (the requests generating at that moment),
 and SGLang's sglext spec_tokens_details chunk. A chunk of k tokens is one speculative step: one draft
 of --spec-tokens tokens, k - 1 of them accepted, so the acceptance length is exactly k. GET /stats reports how late the server's own writes were
 (?reset=1 clears it; ?trace=1 adds every stream's arrival, admission and first and last writes on
@@ -96,6 +97,7 @@ class Server(object):
                        for e in range(max(1, cfg.engines))]
         # SGLang: counted when a request finishes, per is_streaming label value
         self.sgl = {"true": {"gen": 7000, "verify": 3000}, "false": {"gen": 11, "verify": 5}}
+        self.unstreamed = 0  # non-streamed requests generating (their answer scheduled, not yet sent)
 
     # ------------------------------------------------------------------ routes
     def handle(self, conn, method, target, headers, body, t_arrival):
@@ -184,6 +186,14 @@ class Server(object):
                   "sglang:spec_verify_calls_total{%s} %.1f" % (labels, sum(c["verify"] for c in self.sgl.values())),
                   "sglang:spec_verify_calls_created{%s} %.7e" % (labels, now),
                   "# TYPE sglang:spec_accept_length gauge", "sglang:spec_accept_length{%s} 9.99" % labels]
+        # the in-flight gauge (SGLang 0.5.23 srt/observability/metrics_collector.py: SchedulerMetricsCollector's
+        # num_running_reqs, with its scheduler's labels model_name, engine_type, tp_rank, pp_rank, moe_ep_rank):
+        # the requests generating now, streamed or not, not those waiting for a decode slot (SGLang counts those
+        # in sglang:num_queue_reqs)
+        running = 'model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"' % cfg.models[0]
+        lines += ["# HELP sglang:num_running_reqs The number of running requests.",
+                  "# TYPE sglang:num_running_reqs gauge",
+                  "sglang:num_running_reqs{%s} %.1f" % (running, self.active + self.unstreamed)]
         return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ generation
@@ -212,8 +222,12 @@ class Server(object):
                 choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
             else:
                 choice = {"index": 0, "text": text, "finish_reason": "length"}
-            self.loop.call_later(cfg.ttft + max(0, chunks - 1) * cfg.step, conn.respond, 200,
-                                 dict(base, choices=[choice], usage=usage))
+            self.unstreamed += 1
+
+            def answer():
+                self.unstreamed -= 1
+                conn.respond(200, dict(base, choices=[choice], usage=usage))
+            self.loop.call_later(cfg.ttft + max(0, chunks - 1) * cfg.step, answer)
             return True
 
         def frame(text=None, role=False, finish=None, usage_obj=None, choices=True, extra=None):

@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: router_worker
+short_description: Take one engine instance out of a router, wait until it is drained, and put it back
+version_added: 0.3.0
+description:
+  - Adds one engine instance (a worker) to, or removes it from, a running C(sglang-router) through the
+    router's worker API (C(GET /workers), C(POST /workers), C(DELETE /workers/ID)), and waits until the
+    router's listing shows the change. The router takes such a change in the background, so an accepted
+    request is not yet a done one.
+  - O(state=absent) removes the worker, waits until the router no longer lists it (no new request goes there
+    from then on; requests already streaming from it go on), then waits until the engine has drained, that is
+    until its own in-flight gauge O(drain_metric) reads 0 on its C(/metrics), within O(drain_timeout). The
+    router's own C(load) figure is not used. Without O(drain_metric) it waits O(drain_timeout) seconds. A
+    worker the router does not list is left as it is, with no drain wait.
+  - O(state=present) adds the worker unless the router lists it healthy, then waits until it is listed and
+    healthy. A worker listed but marked unhealthy is removed and added again (the router refuses to add a URL
+    it already lists, and an unhealthy worker takes no traffic), so that the router checks it at once.
+  - Worker URLs compare with scheme and host in lower case, the default port explicit and trailing slashes
+    dropped. When the router lists no such URL, one that differs only in how it spells the loopback host
+    (C(localhost), C(127.0.0.1), C(::1)) is taken as the same worker. Names are never resolved through DNS.
+  - Every wait is bounded, and a failure names the router, the worker and what the router listed or the engine
+    read last.
+author:
+  - inferops.serving maintainers (@inferops)
+extends_documentation_fragment:
+  - inferops.serving.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads the router's listing and reports whether the worker would be added or removed; changes nothing.
+  diff_mode:
+    support: full
+    details: Shows this worker's entry in the router's listing before and after.
+  idempotent:
+    support: full
+    details: A second run finds the worker listed healthy (or not listed) and changes nothing.
+options:
+  router_url:
+    description:
+      - Base URL of the router, for example V(http://10.0.0.5:30000).
+    type: str
+    required: true
+  router_type:
+    description:
+      - The router's kind. V(sglang) is C(sglang-router) 0.3, its worker API C(/workers).
+    type: str
+    choices: [sglang]
+    default: sglang
+  worker_url:
+    description:
+      - The engine instance's base URL as the router reaches it, for example V(http://10.0.0.7:8000).
+      - It is added as given, less any trailing slash.
+    type: str
+    required: true
+  state:
+    description:
+      - V(present) puts the worker in the router's rotation, V(absent) takes it out and waits until it is drained.
+    type: str
+    choices: [present, absent]
+    default: present
+  timeout:
+    description:
+      - Seconds the router may take to list the worker healthy (V(present)) or stop listing it (V(absent)),
+        after it accepted the change.
+    type: float
+    default: 60
+  drain_metric:
+    description:
+      - The engine's in-flight gauge, read after the worker left the router until it is 0 summed over all its
+        series. SGLang's is V(sglang:num_running_reqs) (with C(--enable-metrics)), vLLM's is
+        V(vllm:num_requests_running).
+      - Unset, the drain is a fixed wait of O(drain_timeout) seconds, for an engine without such a gauge.
+    type: str
+  drain_metrics_url:
+    description:
+      - Where the engine serves its Prometheus metrics. Default is O(worker_url) followed by C(/metrics).
+    type: str
+  drain_timeout:
+    description:
+      - Seconds the engine may take to drain (with O(drain_metric)), or the fixed wait (without it).
+    type: float
+    default: 60
+  keep_healthy:
+    description:
+      - With O(state=absent), the fewest OTHER workers the router must list healthy for this one to be taken out.
+        With fewer, the module fails and changes nothing, so the last healthy replica is never taken out.
+    type: int
+    default: 0
+  api_key:
+    description:
+      - Sent to the router as C(Authorization Bearer), the key it was started with (C(--api-key)).
+    type: str
+notes:
+  - A request the router sent to the worker just before the removal is counted by the engine once it is
+    admitted. The drain starts only after the router stopped listing the worker.
+  - The module talks to the router and the engine from the host it runs on. Run it where both are reachable,
+    for example with C(delegate_to) the router's host.
+seealso:
+  - module: inferops.serving.inference_server
+"""
+
+EXAMPLES = r"""
+- name: Take the engine on this host out of the router and wait until it has no request in flight
+  inferops.serving.router_worker:
+    router_url: http://router.internal:30000
+    worker_url: "http://{{ ansible_host }}:8000"
+    state: absent
+    drain_metric: "sglang:num_running_reqs"
+    drain_timeout: 120
+  delegate_to: localhost
+
+- name: Put it back once it serves the new variant, and wait until the router lists it healthy
+  inferops.serving.router_worker:
+    router_url: http://router.internal:30000
+    worker_url: "http://{{ ansible_host }}:8000"
+    state: present
+    timeout: 30
+  delegate_to: localhost
+
+- name: A vLLM engine behind a router that checks a key
+  inferops.serving.router_worker:
+    router_url: https://router.internal
+    api_key: "{{ router_api_key }}"
+    worker_url: http://10.0.0.7:8000
+    state: absent
+    drain_metric: "vllm:num_requests_running"
+"""
+
+RETURN = r"""
+worker:
+  description:
+    - The router's entry of this worker after the run; null when it does not list it.
+    - In check mode, the entry as it is (nothing changed).
+  returned: always
+  type: dict
+  sample: {id: 0b3e4d3c-5f0a-4c1e-9f7a-2f1d6a1f0c11, url: "http://10.0.0.7:8000", is_healthy: true, load: 0}
+listed:
+  description: Whether the router lists this worker after the run (in check mode, as it is).
+  returned: always
+  type: bool
+  sample: true
+workers:
+  description: The router's whole listing after the run, each worker's id, url and health.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{id: 0b3e4d3c-5f0a-4c1e-9f7a-2f1d6a1f0c11, url: "http://10.0.0.7:8000", is_healthy: true}]
+drained_s:
+  description:
+    - Seconds from the worker leaving the router to its in-flight gauge reading 0 (or the fixed wait).
+    - Null when nothing was removed.
+  returned: always
+  type: float
+  sample: 1.234
+drain_value:
+  description:
+    - The last value of O(drain_metric), summed over its series; 0 once drained.
+    - Null without O(drain_metric) or when nothing was removed.
+  returned: always
+  type: float
+  sample: 0.0
+waited_s:
+  description: Seconds the router took to show the change in its listing.
+  returned: always
+  type: float
+  sample: 0.05
+router_url:
+  description: The router's URL as used.
+  returned: always
+  type: str
+  sample: "http://router.internal:30000"
+worker_url:
+  description: The worker's URL as sent to the router.
+  returned: always
+  type: str
+  sample: "http://10.0.0.7:8000"
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.serving.plugins.module_utils import _router
+
+
+def main():
+    module = AnsibleModule(argument_spec=_router.ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    errors = _router.url_problems(p)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
+    try:
+        result, diff = _router.converge(p, check_mode=module.check_mode)
+    except _router.RouterError as exc:
+        module.fail_json(msg=exc.msg, **exc.result)
+    if module._diff:
+        result["diff"] = diff
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
