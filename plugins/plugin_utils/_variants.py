@@ -17,7 +17,7 @@ from ansible_collections.inferops.serving.plugins.module_utils._engines import E
 FIELDS = {
     "engine": "str", "model": "str", "engine_args": "dict", "env": "dict", "command": "list",
     "extends": "str", "executable": "str", "python": "str", "served_model_name": "str",
-    "ready_timeout": "number", "description": "str", "flag_check": "bool",
+    "ready_timeout": "number", "description": "str", "flag_check": "bool", "drain_metric": "str",
 }
 
 

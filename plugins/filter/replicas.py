@@ -1,0 +1,51 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The decisions of replicas (serving_instances), each a pure function of plugin_utils/_replicas:
+instances_plan, instance_fit, instance_engine_args, drain_metric and hook_argv."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.inferops.serving.plugins.plugin_utils import _replicas
+
+
+def _call(name, func, *args):
+    try:
+        return func(*args)
+    except (_replicas.PlanError, AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%s: %s" % (name, exc))
+
+
+def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check=None, max_unavailable=1,
+                   min_available=1, engine=None):
+    """serving_instances checked: every instance, the selected ones and their batches."""
+    return _call("instances_plan", _replicas.instances_plan, instances, serving_name, selected, port, gpu_check,
+                 max_unavailable, min_available, engine)
+
+
+def instance_fit(instance, spec):
+    """Why a resolved variant does not fit one instance of instances_plan ([] when it does)."""
+    return _call("instance_fit", _replicas.instance_fit, instance, spec)
+
+
+def instance_engine_args(instance, spec):
+    """The variant's engine_args for one instance (SGLang: with the instance's nccl_port)."""
+    return _call("instance_engine_args", _replicas.instance_engine_args, instance, spec)
+
+
+def drain_metric(spec):
+    """The in-flight gauge a drain of this variant waits on ('' for none)."""
+    return _call("drain_metric", _replicas.drain_metric, spec)
+
+
+def hook_argv(argv, instance, url, host=""):
+    """A router hook's argv for one instance, its placeholders replaced."""
+    return _call("hook_argv", _replicas.hook_argv, argv, instance, url, host)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"instances_plan": instances_plan, "instance_fit": instance_fit,
+                "instance_engine_args": instance_engine_args, "drain_metric": drain_metric, "hook_argv": hook_argv}

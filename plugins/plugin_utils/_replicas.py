@@ -1,0 +1,515 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Replicas (serving_instances): several engines on one host, each on its own GPUs and port.
+
+Pure Python on the controller, unit-tested without Ansible; role serve_variant shows and applies what
+these return (through the filters of plugins/filter/replicas.py):
+instances_plan (the host's instances checked, the ones a run switches and in which batches),
+instance_fit (whether a resolved variant fits one instance: its parallel sizes against the instance's
+GPU count, its env and its NCCL port) and instance_engine_args (the variant's engine_args with the
+instance's NCCL port added for SGLang).
+
+serving_instances maps an instance name to {gpus: [int, ...], port: int} with optional variant (str),
+nccl_port (int) and router (dict, passed through). A host without it is one instance on every GPU,
+exactly as before: the plan then holds one implicit entry (instance None).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from ansible_collections.inferops.serving.plugins.module_utils import _router
+
+# an instance becomes server <serving_name>.<instance>: no dot in the name, so no two can collide
+NAME = re.compile(r"[A-Za-z0-9_-]+")
+KEYS = ("gpus", "nccl_port", "port", "router", "variant")
+# SGLang's NCCL rendezvous port, when the instance sets none and the host's engine is sglang: the
+# instance's port + NCCL_OFFSET. SGLang itself picks a free port at start when --nccl-port is unset
+# (0.5.23 srt/server_args.py PortArgs.init_new: get_free_port_below_ephemeral(), a random free port of
+# 22000-29999; 0.5.9: get_free_port()), so instances started together race for one, and during a roll a
+# stopped instance's declared port is free for another to take. Pinned and derived from the port, the
+# port is the same on every run and checked against every port the host declares.
+NCCL_OFFSET = 10000
+# CUDA numbers devices fastest first unless told otherwise; NVML and nvidia-smi (the GPU check) number
+# them by PCI bus. The instance's GPU indices mean the same to both only with this order.
+DEVICE_ORDER = "PCI_BUS_ID"
+TRUE = ("true", "yes", "on", "1", "y")
+
+
+class PlanError(ValueError):
+    """Bad serving_instances, selection or setting; the message says what and what is allowed."""
+
+
+def _flag(value):
+    """A boolean as Ansible may hand it over (True, 'true', 'yes', 1)."""
+    if isinstance(value, str):
+        return value.strip().lower() in TRUE
+    return bool(value)
+
+
+def _int(value):
+    """An int given as an int or as digits; None for anything else (booleans included)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _plain(value):
+    """A copy with dicts and lists rebuilt (not the templating state of Ansible's lazy containers)."""
+    if isinstance(value, Mapping):
+        return dict((key, _plain(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _join(values):
+    return ", ".join(str(value) for value in values)
+
+
+def _gpus(name, value, problems):
+    """The instance's GPU indices, sorted; a list of ints >= 0 or a string '0,1'. None when wrong."""
+    shape = "a non-empty list of distinct GPU indices (integers >= 0, such as [0, 1], or the string '0,1')"
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        problems.append("instance %s: gpus must be %s, got %r" % (name, shape, value))
+        return None
+    gpus = [_int(item) for item in items]
+    bad = [item for item, gpu in zip(items, gpus) if gpu is None or gpu < 0]
+    if bad:
+        problems.append("instance %s: gpus must be %s, got %r (not a GPU index: %s)"
+                        % (name, shape, value, _join(repr(item) for item in bad)))
+        return None
+    twice = sorted(set(gpu for gpu in gpus if gpus.count(gpu) > 1))
+    if twice:
+        problems.append("instance %s: gpus must be %s, got %r (listed twice: %s)" % (name, shape, value, _join(twice)))
+        return None
+    return sorted(gpus)
+
+
+def _port(name, key, value, problems):
+    port = _int(value)
+    if port is None or not 1 <= port <= 65535:
+        problems.append("instance %s: %s must be an integer from 1 to 65535, got %r" % (name, key, value))
+        return None
+    return port
+
+
+def _setting(what, variable, value, least, problems):
+    number = _int(value)
+    if number is None or number < least:
+        problems.append("%s (%s) must be an integer >= %d, got %r" % (what, variable, least, value))
+    return number
+
+
+def _entry(name, raw, engine, problems):
+    """One declared instance checked: {gpus, port, variant, nccl_port, nccl_derived, router}, or None."""
+    if not isinstance(raw, Mapping):
+        problems.append("instance %s must be a dict with gpus and port (optional: variant, nccl_port, router), "
+                        "got %s" % (name, type(raw).__name__))
+        return None
+    count = len(problems)
+    unknown = sorted(str(key) for key in raw if key not in KEYS)
+    if unknown:
+        problems.append("instance %s has unknown key(s) %s; allowed: %s" % (name, _join(unknown), _join(KEYS)))
+    gpus = port = nccl = None
+    if raw.get("gpus") is None:
+        problems.append("instance %s has no gpus: the list of its GPU indices, such as [0, 1]" % name)
+    else:
+        gpus = _gpus(name, raw["gpus"], problems)
+    if raw.get("port") is None:
+        problems.append("instance %s has no port: each instance serves on its own, 1-65535" % name)
+    else:
+        port = _port(name, "port", raw["port"], problems)
+    derived = False
+    if raw.get("nccl_port") is not None:
+        nccl = _port(name, "nccl_port", raw["nccl_port"], problems)
+    elif engine in ("sglang", None, "") and port is not None and (engine == "sglang" or port + NCCL_OFFSET <= 65535):
+        # the host's engine unknown: a variant may be SGLang, so derive one where it can be
+        nccl, derived = port + NCCL_OFFSET, True
+        if nccl > 65535:
+            problems.append("instance %s: its NCCL port would be port + %d = %d, above 65535: set nccl_port on %s "
+                            "(a port no other instance of the host declares)" % (name, NCCL_OFFSET, nccl, name))
+            nccl = None
+    variant = raw.get("variant")
+    if variant is not None and not isinstance(variant, str):
+        problems.append("instance %s: variant must be the name of a variant of serving_variants, got %r"
+                        % (name, variant))
+    router = raw.get("router")
+    if router is not None and not isinstance(router, Mapping):
+        problems.append("instance %s: router must be a dict (this instance's router settings, such as worker_url), "
+                        "got %r" % (name, router))
+    if len(problems) > count:
+        return None
+    return {"gpus": gpus, "port": port, "variant": variant or None, "nccl_port": nccl, "nccl_derived": derived,
+            "router": _plain(router) if router is not None else None}
+
+
+def _clashes(entries, problems):
+    """Overlapping GPU sets, and any port declared twice on the host: every instance's port and nccl_port."""
+    names = sorted(entries)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            shared = sorted(set(entries[first]["gpus"]) & set(entries[second]["gpus"]))
+            if shared:
+                problems.append("instances %s and %s share GPU(s) %s: each instance needs GPUs of its own"
+                                % (first, second, _join(shared)))
+    owners = {}
+    for name in names:
+        entry = entries[name]
+        owners.setdefault(entry["port"], []).append((name, "port"))
+        if entry["nccl_port"] is not None:
+            owners.setdefault(entry["nccl_port"], []).append(
+                (name, "nccl_port (port + %d)" % NCCL_OFFSET if entry["nccl_derived"] else "nccl_port"))
+    for port in sorted(owners):
+        holders = owners[port]
+        if len(holders) < 2 or all(what.startswith("nccl_port (") for dummy, what in holders):
+            continue  # derived NCCL ports clash only where the ports they come from do, said once
+        if all(what == "port" for dummy, what in holders):
+            problems.append("instances %s %s use port %d: each instance needs a port of its own"
+                            % (" and ".join(name for name, dummy in holders), "both" if len(holders) == 2 else "all",
+                               port))
+            continue
+        nccl = [name for name, what in holders if what != "port"]
+        problems.append("port %d is declared twice on this host: %s; every port and NCCL port of the host's "
+                        "instances must differ (set nccl_port on %s to another)"
+                        % (port, " and ".join("instance %s's %s" % (name, what) for name, what in holders),
+                           _join(sorted(set(nccl)))))
+
+
+def _selection(selected, declared):
+    """The selected instance names, in name order. 'all', empty or None: every declared instance."""
+    if selected is None:
+        return list(declared)
+    if isinstance(selected, str):
+        asked = [part.strip() for part in selected.split(",")]
+    elif isinstance(selected, (list, tuple)):
+        if not all(isinstance(item, str) for item in selected):
+            raise PlanError("instances must be 'all', a comma-separated string or a list of instance names, got %r"
+                            % (selected,))
+        asked = [item.strip() for item in selected]
+    else:
+        raise PlanError("instances must be 'all', a comma-separated string or a list of instance names, got %r"
+                        % (selected,))
+    asked = [name for name in asked if name]
+    if not asked or asked == ["all"]:
+        return list(declared)
+    if not declared:
+        raise PlanError("instances=%s asked, but this host declares no serving_instances: it is one instance on "
+                        "every GPU (leave instances unset, or 'all')" % ",".join(asked))
+    unknown = [name for name in asked if name not in declared]
+    if unknown:
+        raise PlanError("instances names %s, not declared on this host; its serving_instances: %s (or all)"
+                        % (_join(unknown), _join(declared)))
+    return [name for name in declared if name in asked]
+
+
+def _batches(selected, declared, max_unavailable, min_available):
+    """The selected instances in batches of at most max_unavailable; with two or more declared
+    instances, a batch never leaves fewer than min_available of them (those not in it) in service."""
+    size = max_unavailable
+    if len(declared) >= 2:
+        room = len(declared) - min_available
+        if room < 1:
+            raise PlanError("serving_min_available %d with %d instances (%s): taking even one out would leave %d "
+                            "in service; lower serving_min_available to at most %d, or declare more instances"
+                            % (min_available, len(declared), _join(declared), len(declared) - 1,
+                               len(declared) - 1))
+        size = min(size, room)
+    return [selected[i:i + size] for i in range(0, len(selected), size)]
+
+
+def _gpu_check(gpu_check, gpus):
+    """The gpu_idle_check parameters of one instance: its GPUs, or every GPU with whole_host (the key
+    itself is never passed on)."""
+    check = _plain(gpu_check or {})
+    whole = _flag(check.pop("whole_host", False))
+    if whole:
+        check.pop("gpus", None)
+    else:
+        check["gpus"] = list(gpus)
+    return check
+
+
+def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check=None, max_unavailable=1,
+                   min_available=1, engine=None):
+    """The host's instances checked, and which of them a run switches, in which batches.
+
+    instances: serving_instances (None or empty: one implicit instance on every GPU, as before);
+    serving_name: the host's server name (an instance serves as <serving_name>.<instance>); selected:
+    'all', a comma-separated string or a list of instance names; port and gpu_check: the host's own
+    (serving_port, the gpu_idle_check parameters); max_unavailable / min_available: at most that many
+    instances out at once, never fewer than min_available of the host's instances in service (with two
+    or more); engine: the host's engine (serving_engine): for sglang, an instance without nccl_port gets
+    port + NCCL_OFFSET.
+
+    Returns replicated (whether the host declares instances), instances (every one in name order:
+    instance, name, port, gpus (sorted; None for the implicit one: every GPU), variant, nccl_port,
+    router, env (CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER; {} for the implicit one), gpu_check (the
+    host's with the instance's gpus, or without gpus under whole_host; the implicit one's unchanged but
+    for whole_host, which is never passed on) and selected), selected (the instance keys a run switches,
+    [None] for the implicit one), batches (selected, in batches) and the two settings as ints. Raises
+    PlanError naming everything wrong and what is allowed.
+    """
+    problems = []
+    max_unavailable = _setting("max_unavailable", "serving_max_unavailable", max_unavailable, 1, problems)
+    min_available = _setting("min_available", "serving_min_available", min_available, 0, problems)
+    if gpu_check is not None and not isinstance(gpu_check, Mapping):
+        problems.append("gpu_check (serving_gpu_check) must be a dict of gpu_idle_check parameters, got %s"
+                        % type(gpu_check).__name__)
+    if engine is not None and not isinstance(engine, str):
+        problems.append("engine (serving_engine) must be an engine name, got %r" % (engine,))
+    if instances is not None and not isinstance(instances, Mapping):
+        problems.append("serving_instances must be a dict of instance name -> {gpus, port} (optional: variant, "
+                        "nccl_port, router), got %s" % type(instances).__name__)
+        instances = None
+    entries = {}
+    for raw_name in sorted(instances or {}, key=str):
+        if not isinstance(raw_name, str) or not NAME.fullmatch(raw_name):
+            problems.append("instance name %r must be letters, digits, '_' and '-' only (it becomes "
+                            "<serving_name>.<instance>, so no dot)" % (raw_name,))
+            continue
+        entry = _entry(raw_name, instances[raw_name], engine, problems)
+        if entry is not None:
+            entries[raw_name] = entry
+    _clashes(entries, problems)  # among the instances that are right by themselves
+    if problems:
+        raise PlanError("Bad serving_instances or settings: %s." % "; ".join(problems))
+    declared = sorted(entries)
+    chosen = _selection(selected, declared)
+    settings = {"min_available": min_available, "max_unavailable": max_unavailable}
+    if not declared:
+        check = gpu_check
+        if isinstance(gpu_check, Mapping) and "whole_host" in gpu_check:
+            check = dict((key, value) for key, value in _plain(gpu_check).items() if key != "whole_host")
+        only = {"instance": None, "name": serving_name, "port": port, "gpus": None, "variant": None,
+                "nccl_port": None, "router": None, "env": {}, "gpu_check": check, "selected": True}
+        return dict(settings, replicated=False, instances=[only], selected=[None], batches=[[None]], keep_healthy=0)
+    out = []
+    for name in declared:
+        entry = entries[name]
+        out.append({"instance": name, "name": "%s.%s" % (serving_name, name), "port": entry["port"],
+                    "gpus": entry["gpus"], "variant": entry["variant"], "nccl_port": entry["nccl_port"],
+                    "router": entry["router"],
+                    "env": {"CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in entry["gpus"]),
+                            "CUDA_DEVICE_ORDER": DEVICE_ORDER},
+                    "gpu_check": _gpu_check(gpu_check, entry["gpus"]), "selected": name in chosen})
+    # the router must keep this many other healthy workers when one is taken out: the last healthy replica
+    # is never taken out, on a host of two or more instances (one instance switches as it always has)
+    return dict(settings, replicated=True, instances=out, selected=chosen,
+                batches=_batches(chosen, declared, max_unavailable, min_available),
+                keep_healthy=min_available if len(declared) > 1 else 0)
+
+
+# ---- does a variant fit an instance -----------------------------------------------------------
+
+def _norm(key):
+    """engine_args key -> its name: snake_case or kebab-case, with or without leading dashes."""
+    return str(key).lstrip("-").replace("-", "_")
+
+
+# The engine_args spellings of each parallel size, as each engine's own parser takes them (after the
+# adapter of module_utils/_engines.py turns a key into a flag: kebab-case, --snake_case for trtllm).
+# SGLang: `python -m sglang.launch_server --help` and argparse run on the real ServerArgs.add_cli_args of
+#   sglang 0.5.23 and 0.5.9 (build/engine-envs/sglang-*): --tp-size / --tensor-parallel-size,
+#   --pp-size / --pipeline-parallel-size, --dp-size / --data-parallel-size; its parser allows
+#   abbreviations, so --tp and --dp are taken as the only flags they start (--pp is refused as ambiguous:
+#   --pp-size, --pp-max-micro-batch-size, --pp-async-batch-depth). With --enable-dp-attention, dp runs
+#   inside the tp group and takes no GPUs of its own (0.5.9 srt/managers/data_parallel_controller.py:
+#   launch_dp_attention_schedulers; 0.5.23 srt/arg_groups/parallel_hook.py turns it into attn_dp_size
+#   with dp_size 1); without it each of the dp replicas takes tp x pp GPUs (launch_dp_schedulers:
+#   base_gpu_id += tp_size * pp_size).
+# vLLM: `vllm serve --help=all` and its parser (vllm 0.34.0, build/engine-envs/vllm-0.34.0):
+#   --tensor-parallel-size / -tp, --pipeline-parallel-size / -pp, --data-parallel-size / -dp,
+#   --data-parallel-size-local / -dpl (--tp and --pp are refused, --dp is ambiguous: only the one-dash
+#   short forms work); the adapter also rewrites tp_size to --tensor-parallel-size. One server runs its
+#   local dp ranks, tp x pp GPUs each: data_parallel_size_local, else 1 with an external data-parallel
+#   rank (--data-parallel-rank / -dpn, --data-parallel-external-lb / -dpe), else data_parallel_size
+#   (vllm/engine/arg_utils.py, create_engine_config).
+# TensorRT-LLM: trtllm-serve's click options (NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py; not run
+#   here, no TensorRT-LLM environment): --tensor_parallel_size / --tp_size, --pipeline_parallel_size /
+#   --pp_size, --context_parallel_size / --cp_size (world size tp x pp x cp); click takes no abbreviations.
+SIZES = {
+    "sglang": (("tp", ("tp_size", "tensor_parallel_size", "tp")),
+               ("pp", ("pp_size", "pipeline_parallel_size")),
+               ("dp", ("dp_size", "data_parallel_size", "dp"))),
+    "vllm": (("tp", ("tensor_parallel_size", "tp", "tp_size")),
+             ("pp", ("pipeline_parallel_size", "pp")),
+             ("dp", ("data_parallel_size", "dp")),
+             ("dp_local", ("data_parallel_size_local", "dpl"))),
+    "trtllm": (("tp", ("tp_size", "tensor_parallel_size")),
+               ("pp", ("pp_size", "pipeline_parallel_size")),
+               ("cp", ("cp_size", "context_parallel_size"))),
+}
+SGLANG_DP_ATTENTION = ("enable_dp_attention",)
+VLLM_EXTERNAL_DP = ("data_parallel_rank", "dpn", "data_parallel_external_lb", "dpe")
+# SGLang --nccl-port (0.5.23 and 0.5.9 launch_server --help; --nccl alone is ambiguous with --nccl-init-addr)
+NCCL_KEYS = ("nccl_port",)
+
+
+def _given(engine_args, spellings):
+    """[(key as written, value)] of the keys that spell one setting; None and false leave a flag out."""
+    return [(key, value) for key, value in engine_args.items()
+            if _norm(key) in spellings and value is not None and value is not False]
+
+
+def _size(engine_args, spellings, problems):
+    """(key, int) of a parallel size set in engine_args, or None when unset."""
+    given = _given(engine_args, spellings)
+    sizes = []
+    for key, value in given:
+        number = _int(value)
+        if number is None or number < 1:
+            problems.append("engine_args %s must be a positive integer, got %r" % (key, value))
+            return None
+        sizes.append((key, number))
+    if len(set(number for dummy, number in sizes)) > 1:
+        problems.append("engine_args set one size twice, differently: %s"
+                        % " and ".join("%s %d" % pair for pair in sizes))
+        return None
+    return sizes[-1] if sizes else None
+
+
+def _mappings(instance, spec):
+    if not isinstance(instance, Mapping):
+        raise PlanError("the instance must be one entry of instances_plan's instances (a dict), got %s"
+                        % type(instance).__name__)
+    if not isinstance(spec, Mapping):
+        raise PlanError("the variant must be a resolved variant (a dict from resolve_variant), got %s"
+                        % type(spec).__name__)
+    engine_args = spec.get("engine_args") or {}
+    if not isinstance(engine_args, Mapping):
+        raise PlanError("the variant's engine_args must be a dict, got %s" % type(engine_args).__name__)
+    return engine_args
+
+
+def gpus_needed(engine, engine_args):
+    """(GPUs one server of this engine takes, the sizes that made it, problems); (None, [], []) for an
+    engine whose sizes are not known here (transformers, command)."""
+    if engine not in SIZES:
+        return None, [], []
+    problems = []
+    sizes = dict((what, _size(engine_args, spellings, problems)) for what, spellings in SIZES[engine])
+    counted = [sizes["tp"], sizes["pp"]]
+    if engine == "sglang":
+        if not any(_flag(value) for dummy, value in _given(engine_args, SGLANG_DP_ATTENTION)):
+            counted.append(sizes["dp"])
+    elif engine == "vllm":
+        if sizes["dp_local"] is not None:
+            counted.append(sizes["dp_local"])
+        elif not _given(engine_args, VLLM_EXTERNAL_DP):
+            counted.append(sizes["dp"])
+    else:
+        counted.append(sizes["cp"])
+    counted = [pair for pair in counted if pair is not None]
+    needed = 1
+    for dummy, number in counted:
+        needed *= number
+    return needed, counted, problems
+
+
+def _spec_nccl(engine_args, problems):
+    given = _given(engine_args, NCCL_KEYS)
+    if not given:
+        return None
+    key, value = given[-1]
+    port = _int(value)
+    if port is None or not 1 <= port <= 65535:
+        problems.append("engine_args %s must be a port, 1-65535, got %r" % (key, value))
+        return None
+    return port
+
+
+def _devices(value):
+    return str(value).replace(" ", "")
+
+
+def instance_fit(instance, spec):
+    """What keeps a resolved variant (spec) from serving on one instance of instances_plan; [] when it fits.
+
+    Its parallel sizes (tensor x pipeline, x data-parallel where one server runs its dp ranks) must fit
+    the instance's GPU count; its env must not set CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER otherwise
+    than the instance does; on a host with serving_instances, an SGLang variant's NCCL port is the
+    instance's own (engine_args may not set another, and the instance must have one).
+    """
+    engine_args = _mappings(instance, spec)
+    engine = spec.get("engine")
+    variant = spec.get("name") or "?"
+    name = instance.get("name") or instance.get("instance") or "?"
+    gpus = instance.get("gpus")
+    needed, counted, problems = gpus_needed(engine, engine_args)
+    if gpus is not None and needed is not None and needed > len(gpus):
+        problems.append("%s needs %d GPUs (%s), instance %s has %d (GPUs %s)"
+                        % (engine, needed, " x ".join("%s %d" % pair for pair in counted), name, len(gpus),
+                           ",".join(str(gpu) for gpu in gpus)))
+    env = spec.get("env") or {}
+    for key, wanted in sorted((instance.get("env") or {}).items()):
+        if env.get(key) is not None and _devices(env[key]) != _devices(wanted):
+            problems.append("variant %s sets env %s=%s, but instance %s has %s=%s (drop it from the variant's env: "
+                            "the instance sets it)" % (variant, key, env[key], name, key, wanted))
+    if engine == "sglang" and instance.get("instance") is not None:
+        own = instance.get("nccl_port")
+        theirs = _spec_nccl(engine_args, problems)
+        if own is None:
+            problems.append("instance %s has no nccl_port, and SGLang would pick a free port at start, which "
+                            "instances started together race for%s: set nccl_port on the instance, or "
+                            "serving_engine: sglang so that instances_plan derives it (port + %d)"
+                            % (name, "; the variant's nccl_port %d would be every instance's" % theirs
+                               if theirs is not None else "", NCCL_OFFSET))
+        elif theirs is not None and theirs != own:
+            problems.append("variant %s sets nccl_port %d, but instance %s's is %d: on a host with serving_instances "
+                            "each instance has its own (drop nccl_port from the variant's engine_args)"
+                            % (variant, theirs, name, own))
+    return problems
+
+
+def instance_engine_args(instance, spec):
+    """The variant's engine_args for one instance: with nccl_port set to the instance's for an SGLang
+    variant that sets none (one that sets another is instance_fit's problem, left as it is here)."""
+    engine_args = _plain(_mappings(instance, spec))
+    nccl = instance.get("nccl_port")
+    if spec.get("engine") == "sglang" and nccl is not None and not _given(engine_args, NCCL_KEYS):
+        engine_args["nccl_port"] = nccl
+    return engine_args
+
+
+# The in-flight gauge each engine keeps on its /metrics (docs/replicas.md): what a drain waits to reach 0,
+# one table with router_worker's (module_utils/_router). Other engines keep none.
+DRAIN_METRICS = _router.DRAIN_METRICS
+HOOK_FIELDS = ("{instance}", "{host}", "{port}", "{url}")
+
+
+def drain_metric(spec):
+    """The gauge a drain of this resolved variant waits on: its drain_metric, else its engine's ('' when the
+    engine keeps none: the drain then waits the whole drain timeout)."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    own = spec.get("drain_metric")
+    if own:
+        return str(own)
+    return DRAIN_METRICS.get(spec.get("engine") or "", "")
+
+
+def hook_argv(argv, instance, url, host=""):
+    """A router hook (serving_router.remove / add, type command) for one instance: each literal {instance},
+    {host}, {port} and {url} replaced inside every element by plain string replacement (never a shell, never
+    str.format, so any other brace stays)."""
+    if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, (str, int, float)) for a in argv):
+        raise PlanError("a router hook (serving_router.remove / add) must be a non-empty list of strings, the argv "
+                        "of a program run without a shell, got %r" % (argv,))
+    instance = instance if isinstance(instance, Mapping) else {}
+    values = {"{instance}": str(instance.get("instance") or instance.get("name") or ""),
+              "{host}": str(host or ""), "{port}": str(instance.get("port") or ""), "{url}": str(url or "")}
+    out = []
+    for arg in argv:
+        arg = str(arg)
+        for field in HOOK_FIELDS:
+            if field in arg:
+                arg = arg.replace(field, values[field])
+        out.append(arg)
+    return out
