@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from ansible_collections.inferops.serving.plugins.module_utils import _router
 
@@ -503,6 +504,8 @@ def hook_argv(argv, instance, url, host=""):
         raise PlanError("a router hook (serving_router.remove / add) must be a non-empty list of strings, the argv "
                         "of a program run without a shell, got %r" % (argv,))
     instance = instance if isinstance(instance, Mapping) else {}
+    if not host and url:
+        host = urlsplit(str(url)).hostname or ""  # the host the router knows the instance by
     values = {"{instance}": str(instance.get("instance") or instance.get("name") or ""),
               "{host}": str(host or ""), "{port}": str(instance.get("port") or ""), "{url}": str(url or "")}
     out = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -22,7 +23,7 @@ import urllib.request
 
 import pytest
 import yaml
-from switchbed import PLAY, SUPPORT
+from switchbed import PLAY, STOP, SUPPORT
 
 import sglang_router  # tests/support (on sys.path through tests/conftest.py)
 from closed_loop import Load  # tests/support too
@@ -47,12 +48,12 @@ def replica_command(step_ms, mode=None):
 
 
 class Host(object):
-    """This host with four replicas on fake GPUs 0-7 (r0: 0,1 ... r3: 6,7), optionally behind a router."""
+    """This host with replicas `names` on fake GPUs two each (r0: 0,1 ... r3: 6,7), optionally behind a router."""
 
-    def __init__(self, tmp_path, run_playbook, router_url=None):
-        self.tmp_path, self.run_playbook = tmp_path, run_playbook
+    def __init__(self, tmp_path, run_playbook, router_url=None, names=NAMES):
+        self.tmp_path, self.run_playbook, self.names = tmp_path, run_playbook, tuple(names)
         self.state_dir = tmp_path / "state"
-        self.ports = dict((name, free_port()) for name in NAMES)
+        self.ports = dict((name, free_port()) for name in self.names)
         self.router_url = router_url
         self.inventory = tmp_path / "inventory.yml"
         self.write()
@@ -71,28 +72,41 @@ class Host(object):
                           "serving_drain_timeout": 20, "serving_bench_enabled": False,
                           "serving_gpu_check": {"backend": "nvidia_smi", "timeout": 10, "kill_grace": 2},
                           "serving_instances": dict((name, {"gpus": [2 * i, 2 * i + 1], "port": self.ports[name]})
-                                                    for i, name in enumerate(NAMES)),
+                                                    for i, name in enumerate(self.names)),
                           "serving_variants": variants}}
         if self.router_url:
             group["vars"]["serving_router"] = {"type": "sglang", "url": self.router_url}
         group["vars"].update(extra)
         self.inventory.write_text(yaml.safe_dump({"serving": group}))
 
-    def play(self, variant, **extra_vars):
-        return self.run_playbook(PLAY, dict({"variant": variant}, **extra_vars), inventory=str(self.inventory))
+    def play(self, variant, playbook=PLAY, check=False, **extra_vars):
+        extra = dict({"variant": variant} if variant else {}, **extra_vars)
+        return self.run_playbook(playbook, extra, inventory=str(self.inventory), check=check)
 
     def record(self, name):
         path = self.state_dir / ("rep.%s.json" % name)
         return json.loads(path.read_text()) if path.exists() else None
 
     def pids(self):
-        return dict((name, (self.record(name) or {}).get("pid")) for name in NAMES)
+        return dict((name, (self.record(name) or {}).get("pid")) for name in self.names)
 
     def variants(self):
-        return dict((name, (self.record(name) or {}).get("variant")) for name in NAMES)
+        return dict((name, (self.record(name) or {}).get("variant")) for name in self.names)
 
     def urls(self):
-        return sorted("http://127.0.0.1:%d" % self.ports[name] for name in NAMES)
+        return sorted("http://127.0.0.1:%d" % self.ports[name] for name in self.names)
+
+    def cleanup(self):
+        """Leave nothing running: stop.yml (without the router), then any pid a state file still names."""
+        self.router_url = None
+        self.write()
+        self.play(None, playbook=STOP)
+        for pid in self.pids().values():
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
 
 def listed(router_url):
@@ -111,8 +125,24 @@ def router(tmp_path):
     handle.stop()
 
 
-def started_behind(router, tmp_path, run_playbook):
-    host = Host(tmp_path, run_playbook, router_url=router.url)
+@pytest.fixture
+def replicas(fake_gpus, tmp_path, run_playbook):
+    """make(router_url=None, names=NAMES) -> a Host on 8 fake GPUs; every host is stopped afterwards."""
+    made = []
+
+    def make(router_url=None, names=NAMES):
+        where = tmp_path / ("host%d" % len(made))
+        where.mkdir()
+        host = Host(where, run_playbook, router_url=router_url, names=names)
+        made.append(host)
+        return host
+    yield make
+    for host in made:
+        host.cleanup()
+
+
+def started_behind(router, replicas):
+    host = replicas(router_url=router.url)
     run = host.play("v1")
     assert run.rc == 0, run.stdout[-4000:]
     assert host.variants() == dict((name, "v1") for name in NAMES)
@@ -123,8 +153,8 @@ def started_behind(router, tmp_path, run_playbook):
     return host
 
 
-def test_switching_four_replicas_behind_the_router_fails_no_request(fake_gpus, router, tmp_path, run_playbook):
-    host = started_behind(router, tmp_path, run_playbook)
+def test_switching_four_replicas_behind_the_router_fails_no_request(router, replicas):
+    host = started_behind(router, replicas)
     before = host.pids()
     with Load(router.url) as load:
         time.sleep(2)
@@ -142,8 +172,8 @@ def test_switching_four_replicas_behind_the_router_fails_no_request(fake_gpus, r
     assert listed(router.url) == dict((url, True) for url in host.urls())
 
 
-def test_without_the_router_integration_the_same_switch_fails_requests(fake_gpus, router, tmp_path, run_playbook):
-    host = started_behind(router, tmp_path, run_playbook)
+def test_without_the_router_integration_the_same_switch_fails_requests(router, replicas):
+    host = started_behind(router, replicas)
     host.router_url = None
     host.write()  # the router still routes to the replicas, but the switch no longer takes them out
     with Load(router.url) as load:
@@ -155,8 +185,8 @@ def test_without_the_router_integration_the_same_switch_fails_requests(fake_gpus
     assert load.failed > 0, "the load test can fail: without the drain, stopped replicas drop requests"
 
 
-def test_a_replica_whose_variant_crashes_is_rolled_back_and_readded(fake_gpus, router, tmp_path, run_playbook):
-    host = started_behind(router, tmp_path, run_playbook)
+def test_a_replica_whose_variant_crashes_is_rolled_back_and_readded(router, replicas):
+    host = started_behind(router, replicas)
     before = host.pids()
     with Load(router.url) as load:
         time.sleep(1)
@@ -173,8 +203,8 @@ def test_a_replica_whose_variant_crashes_is_rolled_back_and_readded(fake_gpus, r
     assert listed(router.url) == dict((url, True) for url in host.urls()), "r0 is back in the router"
 
 
-def test_switching_r1_alone_leaves_the_other_replicas_alone(fake_gpus, router, tmp_path, run_playbook):
-    host = started_behind(router, tmp_path, run_playbook)
+def test_switching_r1_alone_leaves_the_other_replicas_alone(router, replicas):
+    host = started_behind(router, replicas)
     before = host.pids()
     run = host.play("v2", instances="r1")
     assert run.rc == 0, run.stdout[-4000:]
@@ -182,3 +212,96 @@ def test_switching_r1_alone_leaves_the_other_replicas_alone(fake_gpus, router, t
     assert after["r1"] != before["r1"]
     assert dict((n, after[n]) for n in ("r0", "r2", "r3")) == dict((n, before[n]) for n in ("r0", "r2", "r3"))
     assert host.variants() == {"r0": "v1", "r1": "v2", "r2": "v1", "r3": "v1"}
+
+
+def engine_pids(host):
+    """The stand-in engines of this host that run now (by their ports on the command line)."""
+    ports = set(str(port) for port in host.ports.values())
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode("utf-8", "replace") for a in argv]
+        if any(a.endswith("stream_server.py") for a in args) and "--port" in args:
+            if args[args.index("--port") + 1] in ports:
+                found.append(int(entry))
+    return sorted(found)
+
+
+def port_free(port):
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_stop_takes_each_replica_out_of_the_router_then_stops_it(router, replicas):
+    host = started_behind(router, replicas)
+    run = host.play(None, playbook=STOP)
+    assert run.rc == 0, run.stdout[-4000:]
+    assert listed(router.url) == {}
+    assert engine_pids(host) == []
+    assert all(port_free(port) for port in host.ports.values())
+    assert all(not (host.record(name) or {}).get("pid") for name in NAMES)
+
+
+def test_check_mode_plans_every_replica_and_starts_nothing(replicas):
+    host = replicas(names=("r0", "r1"))
+    run = host.play("v1", check=True)
+    assert run.rc == 0, run.stdout[-4000:]
+    assert "rep.r0" in run.stdout and "rep.r1" in run.stdout
+    assert engine_pids(host) == [] and host.pids() == {"r0": None, "r1": None}
+
+
+def test_overlapping_gpus_are_refused_naming_both_instances(replicas):
+    host = replicas(names=("r0", "r1"))
+    host.write(serving_instances={"r0": {"gpus": [0, 1], "port": host.ports["r0"]},
+                                  "r1": {"gpus": [1, 2], "port": host.ports["r1"]}})
+    run = host.play("v1")
+    assert run.rc != 0
+    assert "instances r0 and r1 share GPU(s) 1: each instance needs GPUs of its own" in run.stdout, run.stdout[-3000:]
+    assert engine_pids(host) == [] and host.pids() == {"r0": None, "r1": None}
+
+
+def test_a_variant_whose_tensor_parallel_size_does_not_fit_is_refused_before_the_stop(replicas):
+    host = replicas(names=("r0", "r1"))
+    assert host.play("v1").rc == 0
+    before = host.pids()
+    host.write(serving_variants={"v1": {"command": replica_command(2), "env": {"FAKE_GPU_MIB": "4096"}},
+                                 "tp4": {"engine": "sglang", "python": sys.executable,
+                                         "engine_args": {"tp_size": 4}}})
+    run = host.play("tp4")
+    assert run.rc != 0
+    assert "does not fit instance rep.r0" in run.stdout and "nothing was stopped" in run.stdout, run.stdout[-3000:]
+    assert host.pids() == before and host.variants() == {"r0": "v1", "r1": "v1"}
+
+
+def test_compare_on_a_host_of_replicas_measures_the_one_named(replicas):
+    host = replicas(names=("r0", "r1"))
+    bench = {"concurrency": [1], "requests_per_level": 4, "input_tokens": 8, "output_tokens": 8, "warmup": 0}
+    host.write(serving_bench=bench, serving_bench_enabled=True)
+    assert host.play("v1", bench="never").rc == 0
+    before = host.pids()
+    compare = os.path.join(ROOT, "playbooks", "compare.yml")
+    refused = host.play(None, playbook=compare, variants="v1,v2", repeats=1)
+    assert refused.rc != 0
+    assert "serves 2 instance(s) (r0, r1): name the one to measure with -e instances=NAME" in refused.stdout
+    assert host.pids() == before
+    run = host.play(None, playbook=compare, variants="v1,v2", repeats=1, instances="r1", keep="last")
+    assert run.rc == 0, run.stdout[-4000:]
+    assert host.pids()["r0"] == before["r0"], "r0 is not touched by a compare of r1"
+    assert host.variants() == {"r0": "v1", "r1": "v2"}
+    levels = [r["result"] for r in run.results("async_status") if "results" in r["result"]]
+    assert levels and all(level["labels"].get("instance") == "r1" for res in levels for level in res["results"])
+
+
+def test_a_host_without_instances_refuses_instances_named(replicas):
+    host = replicas(names=("r0",))
+    host.write(serving_instances={}, serving_port=host.ports["r0"])
+    run = host.play("v1", instances="r0")
+    assert run.rc != 0
+    assert "declares no serving_instances" in run.stdout, run.stdout[-3000:]
+    assert engine_pids(host) == []

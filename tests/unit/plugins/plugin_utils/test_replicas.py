@@ -497,6 +497,8 @@ def test_hook_argv_replaces_each_placeholder_as_a_plain_string():
     argv = ["lbctl", "--id={instance}", "{url}", "{host}:{port}", "{0}", "$(id);{port}"]
     assert rp.hook_argv(argv, inst, "http://10.0.0.5:30001", "10.0.0.5") == [
         "lbctl", "--id=r1", "http://10.0.0.5:30001", "10.0.0.5:30001", "{0}", "$(id);30001"]
+    # without a host, {host} is the one the router knows the instance by
+    assert rp.hook_argv(["{host}:{port}"], inst, "http://gpu7:30001") == ["gpu7:30001"]
 
 
 @pytest.mark.parametrize("argv", [[], "lbctl disable", None, [["nested"]]])
