@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-accuracy bench-peers freeze clean
+.PHONY: help setup test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -123,6 +123,9 @@ bench-compare: setup ## benchmarks/compare_overhead.py: what compare.yml costs p
 
 bench-switch: setup ## benchmarks/switch_overhead.py: what a switch and a no-op re-run cost beyond the engine
 	python benchmarks/switch_overhead.py
+
+bench-rolling: setup router-env ## benchmarks/rolling_switch.py: failed requests and latency of a rolling switch of 4 replicas behind sglang-router, with and without the drain
+	python benchmarks/rolling_switch.py
 awx: setup ## AWX as code: awx_configure.yml syntax and arguments, survey vs catalog, ansible-builder create
 	python -m pytest -q tests/awx
 
