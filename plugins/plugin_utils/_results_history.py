@@ -14,7 +14,7 @@ import os
 
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_collect import BENCH_ACTION, RunCollector
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import (
-    CONTEXT_KEYS, DISTRIBUTIONS, PERCENTILES, RECORD_KEY, SCALARS, SUMMARY_KEYS, num, repeat_index)
+    CONTEXT_KEYS, DISTRIBUTIONS, PERCENTILES, RECORD_KEY, SCALARS, SUMMARY_KEYS, level_key, num, repeat_index)
 
 HISTORY_FILE = "history.jsonl"
 
@@ -105,12 +105,12 @@ def append_history(path, records):
 
 
 def previous_levels(history, current_run=None):
-    """{(host, variant, concurrency): last record} over the earlier runs in the history."""
+    """{level_key: last record} over the earlier runs in the history."""
     last = {}
     for rec in history:
         if current_run and rec.get("run") == current_run:
             continue
-        last[(rec["host"], rec["variant"], rec["concurrency"])] = rec
+        last[level_key(rec)] = rec
     return last
 
 

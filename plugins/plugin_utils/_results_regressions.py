@@ -1,13 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Regressions: this run's history records against the previous run of the same host + variant + concurrency,
+"""Regressions: this run's history records against the previous run of the same level (level_key: host,
+instance, variant, concurrency),
 judged on the metrics of REGRESSION_METRICS (the metric table's view), and their REGRESSION: lines.
 """
 
 from __future__ import annotations
 
-from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import REGRESSION_METRICS, fmt, num
+from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import REGRESSION_METRICS, fmt, level_key, num
 
 _BY_KEY = dict((metric.key, metric) for metric in REGRESSION_METRICS)
 
@@ -26,7 +27,7 @@ def find_regressions(records, previous, threshold_pct):
     found = []
     limit = float(threshold_pct) / 100.0
     for rec in records:
-        before = previous.get((rec["host"], rec["variant"], rec["concurrency"]))
+        before = previous.get(level_key(rec))
         if not before:
             continue
         for metric in REGRESSION_METRICS:
@@ -37,7 +38,8 @@ def find_regressions(records, previous, threshold_pct):
                 continue
             change = (new - old) / old
             if change * worse > limit:
-                found.append({"host": rec["host"], "variant": rec["variant"], "concurrency": rec["concurrency"],
+                found.append({"host": rec["host"], "instance": rec.get("instance"), "variant": rec["variant"],
+                              "concurrency": rec["concurrency"],
                               "metric": key, "before": old, "after": new,
                               "change_pct": round(change * 100.0, 1), "before_run": before.get("run"),
                               "before_fingerprint": before.get("fingerprint"), "fingerprint": rec.get("fingerprint")})
@@ -48,7 +50,7 @@ def regression_lines(regressions):
     """One line per host + variant + concurrency, beginning REGRESSION:, with before -> after."""
     lines, groups = [], {}
     for reg in regressions:
-        key = (reg["host"], reg["variant"], reg["concurrency"])
+        key = level_key(reg)
         if key not in groups:
             groups[key] = []
             lines.append(key)
@@ -62,7 +64,8 @@ def regression_lines(regressions):
             parts.append("%s %s \u2192 %s %s (%+.1f %%)" % (metric.label, fmt(reg["before"], metric.digits),
                                                             fmt(reg["after"], metric.digits), metric.unit,
                                                             reg["change_pct"]))
-        line = "REGRESSION: host %s, variant %s, concurrency %s: %s" % (key[0], key[1], key[2], "; ".join(parts))
+        host = key[0] if key[1] is None else "%s instance %s" % (key[0], key[1])
+        line = "REGRESSION: host %s, variant %s, concurrency %s: %s" % (host, key[2], key[3], "; ".join(parts))
         reg = regs[0]
         if reg.get("before_fingerprint") and reg.get("before_fingerprint") != reg.get("fingerprint"):
             line += " [fingerprint %s \u2192 %s]" % (reg["before_fingerprint"], reg["fingerprint"])

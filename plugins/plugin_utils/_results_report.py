@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from ansible_collections.inferops.serving.plugins.plugin_utils import _compare
-from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import BY_KEY, fmt, md_escape, num
+from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import BY_KEY, fmt, level_key, md_escape, num
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_regressions import regression_lines, threshold_text
 
 
@@ -37,6 +37,22 @@ def _by_host(records):
     return hosts
 
 
+def _by_server(records):
+    """Records by (host, instance): each server a row group of its own (a replica is never mixed with another)."""
+    servers = {}
+    for rec in records:
+        servers.setdefault((rec["host"], rec.get("instance")), []).append(rec)
+    return servers
+
+
+def _by_instance(recs):
+    """A host's records by instance (None: the host's only server), in the order met."""
+    units = {}
+    for rec in recs:
+        units.setdefault(rec.get("instance"), []).append(rec)
+    return units
+
+
 def _variants(recs):
     seen = []
     for rec in recs:
@@ -57,13 +73,56 @@ def _index(recs):
                 for key, found in values.items())
 
 
+def _level_table(out, recs, previous):
+    """One server's levels (a host's, or one instance's): the table of every variant and concurrency, and the
+    speed-up matrix between variants."""
+    variants = _variants(recs)
+    index = _index(recs)
+    out.append("")
+    out.append("| variant | fingerprint | concurrency | output tok/s | decode tok/s/req p50 | e2e tok/s/req p50 "
+               "| TTFT p50 ms | TPOT p50 ms | acceptance | completed/failed | vs %s | vs previous run |"
+               % md_escape(variants[0]))
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for variant in variants:
+        for rec in [r for r in recs if r["variant"] == variant]:
+            base = index.get((variants[0], rec["concurrency"]))
+            vs_base = _ratio(rec.get("output_throughput"), base and base.get("output_throughput"))
+            before = previous.get(level_key(rec))
+            vs_last = _ratio(rec.get("output_throughput"), before and before.get("output_throughput"))
+            out.append("| %s | `%s` | %s | %s | %s | %s | %s | %s | %s | %s/%s | %s | %s |" % (
+                md_escape(variant), rec.get("fingerprint") or "-", rec["concurrency"],
+                _figure(rec, "output_throughput"), _figure(rec, "decode_tps_per_request"),
+                _figure(rec, "e2e_tps_per_request"), _figure(rec, "ttft_ms"), _figure(rec, "tpot_ms"),
+                _figure(rec, "acceptance_length"), fmt(rec.get("completed")), fmt(rec.get("failed")),
+                "-" if variant == variants[0] else _fmt_ratio(vs_base),
+                _fmt_ratio(vs_last) if before else "first run"))
+    if len(variants) > 1:
+        concs = sorted(set(r["concurrency"] for r in recs), key=lambda c: (c is None, c))
+        out.append("")
+        out.append("Output throughput speed-up between variants (row ÷ column variant):")
+        out.append("")
+        out.append("| variant | vs variant | %s |" % " | ".join("c=%s" % c for c in concs))
+        out.append("| --- | --- |%s" % (" ---: |" * len(concs)))
+        for a in variants:
+            for b in variants:
+                if a == b:
+                    continue
+                cells = []
+                for conc in concs:
+                    ra, rb = index.get((a, conc)), index.get((b, conc))
+                    cells.append(_fmt_ratio(_ratio(ra and ra.get("output_throughput"),
+                                                   rb and rb.get("output_throughput"))))
+                out.append("| %s | %s | %s |" % (md_escape(a), md_escape(b), " | ".join(cells)))
+    out.append("")
+
+
 def summary_lines(records, previous, regressions):
     """The compact end-of-play table: tok/s aggregate and per request, speed-up vs the previous variant."""
     lines = []
-    for host, recs in _by_host(records).items():
+    for (host, instance), recs in _by_server(records).items():
         variants = _variants(recs)
         index = _index(recs)
-        lines.append("bench_facts: %s" % host)
+        lines.append("bench_facts: %s" % host if instance is None else "bench_facts: %s instance %s" % (host, instance))
         lines.append("  %-20s %6s %12s %12s %9s %9s %9s" % (
             "variant", "conc", "out tok/s", "req tok/s", "TPOT ms", "vs prev", "vs last"))
         for pos, variant in enumerate(variants):
@@ -72,7 +131,7 @@ def summary_lines(records, previous, regressions):
                 if pos:
                     other = index.get((variants[pos - 1], rec["concurrency"]))
                     vs_variant = _ratio(rec.get("output_throughput"), other and other.get("output_throughput"))
-                before = previous.get((host, variant, rec["concurrency"]))
+                before = previous.get(level_key(rec))
                 vs_last = _ratio(rec.get("output_throughput"), before and before.get("output_throughput"))
                 lines.append("  %-20s %6s %12s %12s %9s %9s %9s" % (
                     variant[:20], rec["concurrency"], _figure(rec, "output_throughput"),
@@ -156,44 +215,11 @@ def render_report(run, records, previous, regressions, threshold_pct, chart=None
             out.append("No benchmark results for this host.")
             out.append("")
             continue
-        variants = _variants(recs)
-        index = _index(recs)
-        out.append("")
-        out.append("| variant | fingerprint | concurrency | output tok/s | decode tok/s/req p50 | e2e tok/s/req p50 "
-                   "| TTFT p50 ms | TPOT p50 ms | acceptance | completed/failed | vs %s | vs previous run |"
-                   % md_escape(variants[0]))
-        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for variant in variants:
-            for rec in [r for r in recs if r["variant"] == variant]:
-                base = index.get((variants[0], rec["concurrency"]))
-                vs_base = _ratio(rec.get("output_throughput"), base and base.get("output_throughput"))
-                before = previous.get((host, variant, rec["concurrency"]))
-                vs_last = _ratio(rec.get("output_throughput"), before and before.get("output_throughput"))
-                out.append("| %s | `%s` | %s | %s | %s | %s | %s | %s | %s | %s/%s | %s | %s |" % (
-                    md_escape(variant), rec.get("fingerprint") or "-", rec["concurrency"],
-                    _figure(rec, "output_throughput"), _figure(rec, "decode_tps_per_request"),
-                    _figure(rec, "e2e_tps_per_request"), _figure(rec, "ttft_ms"), _figure(rec, "tpot_ms"),
-                    _figure(rec, "acceptance_length"), fmt(rec.get("completed")), fmt(rec.get("failed")),
-                    "-" if variant == variants[0] else _fmt_ratio(vs_base),
-                    _fmt_ratio(vs_last) if before else "first run"))
-        if len(variants) > 1:
-            concs = sorted(set(r["concurrency"] for r in recs), key=lambda c: (c is None, c))
-            out.append("")
-            out.append("Output throughput speed-up between variants (row ÷ column variant):")
-            out.append("")
-            out.append("| variant | vs variant | %s |" % " | ".join("c=%s" % c for c in concs))
-            out.append("| --- | --- |%s" % (" ---: |" * len(concs)))
-            for a in variants:
-                for b in variants:
-                    if a == b:
-                        continue
-                    cells = []
-                    for conc in concs:
-                        ra, rb = index.get((a, conc)), index.get((b, conc))
-                        cells.append(_fmt_ratio(_ratio(ra and ra.get("output_throughput"),
-                                                       rb and rb.get("output_throughput"))))
-                    out.append("| %s | %s | %s |" % (md_escape(a), md_escape(b), " | ".join(cells)))
-        out.append("")
+        for instance, unit in _by_instance(recs).items():
+            if instance is not None:
+                out.append("")
+                out.append("### instance %s" % instance)
+            _level_table(out, unit, previous)
     if chart:
         out.append("![output throughput and per-request decode speed against concurrency](%s)" % chart)
         out.append("")

@@ -159,7 +159,7 @@ def test_previous_levels_is_the_last_run_per_key():
                {"host": "h", "variant": "v", "concurrency": 1, "run": "r2", "output_throughput": 2.0},
                {"host": "h", "variant": "w", "concurrency": 1, "run": "r2", "output_throughput": 9.0}]
     prev = _results_history.previous_levels(history)
-    assert prev[("h", "v", 1)]["run"] == "r2" and prev[("h", "w", 1)]["output_throughput"] == 9.0
+    assert prev[("h", None, "v", 1)]["run"] == "r2" and prev[("h", None, "w", 1)]["output_throughput"] == 9.0
 
 
 # ---- regressions --------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def test_no_history_flags_nothing():
 
 
 def test_drop_in_throughput_beyond_threshold_is_flagged():
-    prev = {("h", "v", 1): rec(100.0, 10.0)}
+    prev = {("h", None, "v", 1): rec(100.0, 10.0)}
     found = _results_regressions.find_regressions([rec(89.0, 10.0)], prev, 10)
     assert [(r["metric"], r["before"], r["after"]) for r in found] == [("output_throughput", 100.0, 89.0)]
     assert _results_regressions.find_regressions([rec(91.0, 10.0)], prev, 10) == []
@@ -182,20 +182,20 @@ def test_drop_in_throughput_beyond_threshold_is_flagged():
 
 
 def test_rise_in_tpot_beyond_threshold_is_flagged():
-    prev = {("h", "v", 1): rec(100.0, 10.0)}
+    prev = {("h", None, "v", 1): rec(100.0, 10.0)}
     found = _results_regressions.find_regressions([rec(100.0, 11.5)], prev, 10)
     assert [r["metric"] for r in found] == ["tpot_ms"] and found[0]["change_pct"] == 15.0
     assert _results_regressions.find_regressions([rec(100.0, 10.9)], prev, 10) == []
 
 
 def test_regressions_compare_only_the_same_host_variant_concurrency():
-    prev = {("h", "v", 1): rec(100.0, 10.0)}
+    prev = {("h", None, "v", 1): rec(100.0, 10.0)}
     assert _results_regressions.find_regressions([rec(10.0, 99.0, conc=2), rec(10.0, 99.0, variant="w"),
                                                   rec(10.0, 99.0, host="g")], prev, 10) == []
 
 
 def test_regression_lines_one_per_level_with_before_and_after():
-    prev = {("h", "v", 4): dict(rec(100.0, 10.0, conc=4), fingerprint="old", run="r0")}
+    prev = {("h", None, "v", 4): dict(rec(100.0, 10.0, conc=4), fingerprint="old", run="r0")}
     lines = _results_regressions.regression_lines(_results_regressions.find_regressions([rec(50.0, 20.0, conc=4, fp="new")], prev, 10))
     assert len(lines) == 1
     line = lines[0]
@@ -240,7 +240,7 @@ def test_report_has_a_table_per_host_speedups_and_gpu_check():
 def test_report_shows_the_previous_run_and_regressions():
     col = collect(("h", "throughput_bench", bench_result((1,), variant="v", fingerprint="f", step_ms=20.0)))
     recs = _results_history.history_records(col, LATER, "r2")
-    prev = {("h", "v", 1): dict(rec(98.46, 10.0), run="r1")}
+    prev = {("h", None, "v", 1): dict(rec(98.46, 10.0), run="r1")}
     regs = _results_regressions.find_regressions(recs, prev, 10)
     run = _results_run.run_document(col, "r2", LATER, "bench.yml", "2.19.14", 10.0, regs)
     report = _results_report.render_report(run, recs, prev, regs, 10.0)
@@ -504,3 +504,35 @@ def test_finish_with_a_comparison_writes_it_even_without_benchmarks(tmp_path):
     assert doc["compare"]["h1"]["winner"] == "nextn" and doc["failed_variants"][0]["log_tail"] == ["CUDA out of memory"]
     assert doc["comparisons"][0]["concurrency"] == 1
     assert "## Comparison" in out.report and "20260102T030405Z-compare-compare.png" in out.report
+
+
+def test_replicas_are_compared_each_with_itself_never_with_another():
+    r0 = dict(rec(100.0, 10.0), instance="r0")
+    prev = _results_history.previous_levels([dict(r0, run="r1"), dict(rec(10.0, 50.0), instance="r1", run="r1")])
+    assert sorted(prev) == [("h", "r0", "v", 1), ("h", "r1", "v", 1)]
+    # r0 as fast as before: no regression, although r1 was slower before and r0 is slower than r1 was
+    assert _results_regressions.find_regressions([dict(r0, run="r2")], prev, 10) == []
+    slow = _results_regressions.find_regressions([dict(rec(50.0, 10.0), instance="r1", run="r2")], prev, 10)
+    assert slow == []  # r1 got faster (10 -> 50 tok/s)
+    worse = _results_regressions.find_regressions([dict(rec(80.0, 10.0), instance="r0", run="r2")], prev, 10)
+    assert [(r["instance"], r["before"], r["after"]) for r in worse] == [("r0", 100.0, 80.0)]
+    assert _results_regressions.regression_lines(worse)[0].startswith("REGRESSION: host h instance r0, variant v,")
+    # a host's single server (no instance) is not the replica r0
+    assert _results_regressions.find_regressions([rec(1.0, 99.0)], prev, 10) == []
+
+
+def test_replicas_of_one_host_each_get_their_own_rows():
+    def replica(instance, step_ms):
+        result = bench_result((1,), variant="v", fingerprint="f" + instance, step_ms=step_ms)
+        for lvl in result["results"]:
+            lvl["labels"] = dict(lvl["labels"], instance=instance)
+        return result
+    col = collect(("h", "throughput_bench", replica("r0", 10.0)), ("h", "throughput_bench", replica("r1", 20.0)))
+    recs = _results_history.history_records(col, NOW, "r")
+    assert sorted((r["instance"], r["fingerprint"]) for r in recs) == [("r0", "fr0"), ("r1", "fr1")]
+    lines = _results_report.summary_lines(recs, {}, [])
+    assert "bench_facts: h instance r0" in lines and "bench_facts: h instance r1" in lines
+    run = _results_run.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
+    report = _results_report.render_report(run, recs, {}, [], 10.0)
+    r0, r1 = report.index("### instance r0"), report.index("### instance r1")
+    assert "`fr0`" in report[r0:r1] and "`fr1`" not in report[r0:r1] and "`fr1`" in report[r1:]
