@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 from ansible_collections.inferops.serving.plugins.module_utils import _http, _metrics
 
-ROUTER_TYPES = ("sglang",)
+ROUTER_TYPES = ("sglang", "none")  # none: no router API (a load balancer driven by hooks): the drain alone
 # The engines' in-flight gauges (docs: reference engines.md, "Replicas, routers and draining"): SGLang's with
 # --enable-metrics (srt/observability/metrics_collector.py, one series per scheduler rank), vLLM's per engine.
 DRAIN_METRICS = {"sglang": "sglang:num_running_reqs", "vllm": "vllm:num_requests_running"}
@@ -53,7 +53,7 @@ REQUEST_MAX = 10.0  # seconds one request may take at most (less when the wait's
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 ARGUMENT_SPEC = dict(
-    router_url=dict(type="str", required=True),
+    router_url=dict(type="str"),
     router_type=dict(type="str", default="sglang", choices=list(ROUTER_TYPES)),
     worker_url=dict(type="str", required=True),
     state=dict(type="str", default="present", choices=["present", "absent"]),
@@ -147,8 +147,11 @@ def is_loopback(host):
 def url_problems(p):
     """Messages for bad URLs and numbers among the module's parameters (empty when all are good)."""
     problems = []
+    if p.get("router_type", "sglang") != "none" and not p.get("router_url"):
+        problems.append("router_url is required with router_type %s (the router's base URL, such as "
+                        "http://10.0.0.5:30000); router_type none drains without a router" % p.get("router_type"))
     for key, query in (("router_url", False), ("worker_url", False), ("drain_metrics_url", True)):
-        if key == "drain_metrics_url" and p.get(key) is None:
+        if key in ("router_url", "drain_metrics_url") and p.get(key) is None:
             continue
         try:
             Url(p.get(key), key, query=query)
@@ -366,9 +369,27 @@ def metrics_url_of(p):
     return p.get("drain_metrics_url") or Url(p["worker_url"], "worker_url").given + "/metrics"
 
 
+def _drain_only(p, worker, request, clock, sleep, poll):
+    """router_type none: no router to ask (a load balancer that hooks drive). state absent waits until the engine
+    is drained, as after a removal; present has nothing to do. A wait changes nothing."""
+    result = {"changed": False, "router_url": None, "worker_url": worker.given, "drained_s": None,
+              "drain_value": None, "waited_s": 0.0, "worker": None, "listed": None, "workers": []}
+    if p["state"] == "absent":
+        try:
+            result.update(drained(metrics_url_of(p), p.get("drain_metric"), p["drain_timeout"], request=request,
+                                  clock=clock, sleep=sleep, poll=poll))
+        except RouterError as exc:
+            exc.msg = "worker %s did not drain: %s" % (worker.given, exc.msg)
+            exc.result = dict(result, **exc.result)
+            raise
+    return result, {"before": {}, "after": {}}
+
+
 def converge(p, check_mode=False, request=None, clock=time.monotonic, sleep=time.sleep, poll=POLL):
     """One run of router_worker: (result, diff). Raises RouterError (its result the partial one) on failure."""
     worker = Url(p["worker_url"], "worker_url")
+    if p.get("router_type") == "none":
+        return _drain_only(p, worker, request, clock, sleep, poll)
     router = Router(p["router_url"], p.get("api_key"), request=request, clock=clock, sleep=sleep, poll=poll)
     workers = router.list_workers()
     before = router.find(worker, workers)

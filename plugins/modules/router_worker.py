@@ -44,14 +44,15 @@ attributes:
 options:
   router_url:
     description:
-      - Base URL of the router, for example V(http://10.0.0.5:30000).
+      - Base URL of the router, for example V(http://10.0.0.5:30000). Required unless O(router_type=none).
     type: str
-    required: true
   router_type:
     description:
       - The router's kind. V(sglang) is C(sglang-router) 0.3, its worker API C(/workers).
+      - V(none) asks no router (a load balancer that hooks of your own drive): O(state=absent) only waits until
+        the engine is drained, and O(state=present) does nothing.
     type: str
-    choices: [sglang]
+    choices: [sglang, none]
     default: sglang
   worker_url:
     description:

@@ -535,3 +535,19 @@ def test_absent_keeps_the_last_healthy_workers_and_changes_nothing(clock):
     assert err.value.result["listed"] is True and fake.methods() == []
     result, dummy = converge(fake, clock, state="absent", keep_healthy=1, drain_timeout=0)
     assert result["changed"] is True and [m for m, p in fake.methods()] == ["DELETE"]
+
+
+def test_router_type_none_drains_without_asking_a_router(clock):
+    fake = FakeRouter(clock)
+    fake.metrics[("127.0.0.1", 8001)] = [gauge(1), gauge(0)]
+    result, dummy = converge(fake, clock, state="absent", router_type="none", router_url=None,
+                             drain_metric="sglang:num_running_reqs")
+    assert result["changed"] is False and result["drain_value"] == 0.0 and result["drained_s"] == pytest.approx(0.1)
+    assert [p for m, p, b, k, t in fake.calls] == ["/metrics", "/metrics"]
+    result, dummy = converge(fake, clock, state="present", router_type="none", router_url=None)
+    assert result["changed"] is False and len(fake.calls) == 2
+
+
+def test_router_url_is_required_unless_router_type_none():
+    assert _router.url_problems(params(router_url=None))[0].startswith("router_url is required with router_type sglang")
+    assert _router.url_problems(params(router_url=None, router_type="none")) == []

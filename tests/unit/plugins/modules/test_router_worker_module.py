@@ -108,7 +108,7 @@ def run_module(capsys, check=False, diff=False, **args):
     (dict(drain_timeout=-5), "drain_timeout must be 0 or more seconds, got -5.0"),
     (dict(drain_metric="num running"), "drain_metric must be a Prometheus metric name"),
     (dict(state="drained"), "value of state must be one of: present, absent, got: drained"),
-    (dict(router_type="nginx"), "value of router_type must be one of: sglang, got: nginx"),
+    (dict(router_type="nginx"), "value of router_type must be one of: sglang, none, got: nginx"),
 ])
 def test_bad_input_is_refused_naming_the_parameter(capsys, router, args, msg):
     url, state = router
