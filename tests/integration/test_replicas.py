@@ -305,3 +305,34 @@ def test_a_host_without_instances_refuses_instances_named(replicas):
     assert run.rc != 0
     assert "declares no serving_instances" in run.stdout, run.stdout[-3000:]
     assert engine_pids(host) == []
+
+
+def test_whole_host_makes_an_instances_proof_cover_every_gpu_and_names_the_other(replicas):
+    host = replicas(names=("r0", "r1"))
+    assert host.play("v1").rc == 0
+    before = host.pids()
+    host.write(serving_gpu_check={"backend": "nvidia_smi", "timeout": 3, "kill_grace": 2, "whole_host": True})
+    run = host.play("v2", instances="r0")
+    assert run.rc != 0
+    assert "held by instance rep.r1" in run.stdout and "nothing was stopped" in run.stdout, run.stdout[-3000:]
+    assert host.pids() == before and host.variants() == {"r0": "v1", "r1": "v1"}
+
+
+def test_a_command_router_is_driven_by_hooks_each_instance_out_drained_switched_in(replicas):
+    host = replicas(names=("r0", "r1"))
+    log = host.tmp_path / "lb.jsonl"
+    hook = [sys.executable, os.path.join(SUPPORT, "lb_hook.py"), str(log)]
+    host.write(serving_router={"type": "command", "remove": hook + ["remove", "{host}", "{instance}", "{url}"],
+                               "add": hook + ["add", "{host}", "{instance}", "{port}"]})
+    assert host.play("v1").rc == 0
+    log.write_text("")
+    run = host.play("v2")
+    assert run.rc == 0, run.stdout[-4000:]
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    url = dict((name, "http://127.0.0.1:%d" % host.ports[name]) for name in ("r0", "r1"))
+    assert [(c["action"], c["host"], c["args"]) for c in calls] == [
+        ("remove", "127.0.0.1", ["r0", url["r0"]]), ("add", "127.0.0.1", ["r0", str(host.ports["r0"])]),
+        ("remove", "127.0.0.1", ["r1", url["r1"]]), ("add", "127.0.0.1", ["r1", str(host.ports["r1"])])]
+    drains = [r["result"] for r in run.results("router_worker") if "drained_s" in r["result"]]
+    assert len(drains) == 2 and all(d["drain_value"] == 0.0 and d["drained_s"] is not None for d in drains)
+    assert host.variants() == {"r0": "v2", "r1": "v2"}
