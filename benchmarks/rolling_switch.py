@@ -83,16 +83,7 @@ def free_port():
 
 
 def fake_gpus(tmp, count):
-    bindir = os.path.join(tmp, "bin")
-    os.makedirs(bindir)
-    fake_nvidia_smi.install(bindir)
-    state = os.path.join(tmp, "gpus.json")
-    with open(state, "w") as handle:
-        json.dump({"driver": True, "holders": [],
-                   "gpus": [{"index": i, "uuid": "GPU-%08x-rolling" % i, "name": "NVIDIA H200",
-                             "memory_total_mib": 143771, "memory_used_mib": 0} for i in range(count)]}, handle)
-    return {"PATH": bindir + os.pathsep + BIN + os.pathsep + os.environ.get("PATH", ""),
-            "FAKE_NVIDIA_SMI_STATE": state}
+    return fake_nvidia_smi.fake_host(tmp, count, "rolling")
 
 
 def replica_command(step_ms):

@@ -11,7 +11,9 @@ a second) on 8 fake GPUs (the fake nvidia-smi of tests/support), benchmark off. 
 wall time of the whole ansible-playbook process minus the `ready_s` the engine took (as measured
 by inference_server), i.e. validate + plan + stop + GPU check + start + the readiness wait of the
 role. Then the idempotent re-run (nothing to change), and the floor: a one-task playbook (one debug
-task on the same inventory, with the same environment), what any ansible-playbook run costs here.
+task on the same inventory, with the same environment), what any ansible-playbook run costs here; and
+the module floor: a one-task playbook whose task is ansible.builtin.ping, one module round trip, the
+least that anything acting on the host costs.
 
 Two trees, alternating in one run: `main` (this working tree, local changes included) and the
 baseline, a git worktree of REF (default 27928f9) at build/bench-trees/REF, created on the first run
@@ -60,6 +62,10 @@ TARGET_RERUN = 0.9
 TOP = 15
 FLOOR_PLAYBOOK = [{"name": "Floor", "hosts": "serving", "gather_facts": False,
                    "tasks": [{"name": "One task", "ansible.builtin.debug": {"msg": "floor"}}]}]
+# the floor of anything that acts on the host: one module round trip (AnsiballZ built, sent, run by the
+# target's Python), the least a switch or a re-run can cost
+MODULE_FLOOR_PLAYBOOK = [{"name": "Module floor", "hosts": "serving", "gather_facts": False,
+                          "tasks": [{"name": "One module call", "ansible.builtin.ping": {}}]}]
 sys.path.insert(0, SUPPORT)
 import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -128,16 +134,7 @@ def free_port():
 
 
 def fake_gpus(tmp):
-    bindir = os.path.join(tmp, "bin")
-    os.makedirs(bindir)
-    fake_nvidia_smi.install(bindir)
-    state = os.path.join(tmp, "gpus.json")
-    with open(state, "w") as handle:
-        json.dump({"driver": True, "holders": [],
-                   "gpus": [{"index": i, "uuid": "GPU-%08x-bench" % i, "name": "NVIDIA H200",
-                             "memory_total_mib": 143771, "memory_used_mib": 0} for i in range(8)]}, handle)
-    return {"PATH": bindir + os.pathsep + BIN + os.pathsep + os.environ.get("PATH", ""),
-            "FAKE_NVIDIA_SMI_STATE": state}
+    return fake_nvidia_smi.fake_host(tmp, 8, "bench")
 
 
 def inventory(tmp, port, name):
@@ -171,12 +168,15 @@ class Tree:
         self.floor_playbook = os.path.join(self.tmp, "floor.yml")
         with open(self.floor_playbook, "w") as handle:
             yaml.safe_dump(FLOOR_PLAYBOOK, handle, sort_keys=False)
+        self.module_floor_playbook = os.path.join(self.tmp, "module-floor.yml")
+        with open(self.module_floor_playbook, "w") as handle:
+            yaml.safe_dump(MODULE_FLOOR_PLAYBOOK, handle, sort_keys=False)
         parser = configparser.RawConfigParser()
         parser.read(os.path.join(root, "ansible.cfg"))
         # ANSIBLE_CALLBACKS_ENABLED replaces the ansible.cfg list: keep the tree's own callbacks on it
         own = [c.strip() for c in parser.get("defaults", "callbacks_enabled", fallback="").split(",") if c.strip()]
         self.callbacks = ",".join(own + ["record", "task_wall"])
-        self.switches, self.reruns, self.floors = [], [], []
+        self.switches, self.reruns, self.floors, self.module_floors = [], [], [], []
         self.profiles = {}
 
     def play(self, playbook, variant=None):
@@ -239,8 +239,11 @@ class Tree:
         self.profiles["re-run"] = profile
         floor = self.play(self.floor_playbook)[0]
         self.floors.append(floor)
-        print("%-9s switch to %s: %.2f s wall, engine ready in %.2f s -> overhead %.2f s; re-run %.2f s; floor %.2f s"
-              % (self.label, variant, wall, ready, wall - ready, wall_again, floor), flush=True)
+        module_floor = self.play(self.module_floor_playbook)[0]
+        self.module_floors.append(module_floor)
+        print("%-9s switch to %s: %.2f s wall, engine ready in %.2f s -> overhead %.2f s; re-run %.2f s; floor %.2f s; "
+              "module floor %.2f s" % (self.label, variant, wall, ready, wall - ready, wall_again, floor, module_floor),
+              flush=True)
 
     def medians(self):
         return (statistics.median(w - r for w, r in self.switches), statistics.median(self.reruns),
@@ -352,6 +355,11 @@ def summary(trees):
         base = labels[1] if labels[0] == "main" else labels[0]
         ratios = [m / b if b else float("nan") for m, b in zip(figures["main"], figures[base])]
         print("%-9s %15.2fx %7.2fx %6.2fx   (main / %s)" % ("ratio", ratios[0], ratios[1], ratios[2], base))
+    module_floor = statistics.median(f for tree in trees for f in tree.module_floors)
+    floor = statistics.median(f for tree in trees for f in tree.floors)
+    print("this machine: a one-task playbook %.2f s, one module call (ansible.builtin.ping) %.2f s (medians over both "
+          "trees): a module call costs %.2f s above the floor, and a switch or a re-run makes at least one"
+          % (floor, module_floor, module_floor - floor))
     if "main" in figures:
         overhead, rerun, _floor = figures["main"]
         print("main: median switch overhead %.2f s (target <= %.1f s) -> %s"

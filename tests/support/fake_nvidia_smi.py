@@ -65,6 +65,21 @@ def install(bindir):
     return launcher
 
 
+def fake_host(tmp, count=8, tag="bench"):
+    """A host of `count` clean fake H200s under tmp (bin/nvidia-smi and gpus.json), for the benchmarks; returns
+    the environment that finds them (PATH first, FAKE_NVIDIA_SMI_STATE)."""
+    bindir = os.path.join(str(tmp), "bin")
+    os.makedirs(bindir)
+    install(bindir)
+    state = os.path.join(str(tmp), "gpus.json")
+    with open(state, "w") as handle:
+        json.dump({"driver": True, "holders": [],
+                   "gpus": [{"index": i, "uuid": "GPU-%08x-%s" % (i, tag), "name": "NVIDIA H200",
+                             "memory_total_mib": 143771, "memory_used_mib": 0} for i in range(count)]}, handle)
+    return {"PATH": bindir + os.pathsep + os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            "FAKE_NVIDIA_SMI_STATE": state}
+
+
 def environ(pid):
     try:
         with open("/proc/%d/environ" % pid, "rb") as handle:
