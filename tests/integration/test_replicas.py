@@ -336,3 +336,16 @@ def test_a_command_router_is_driven_by_hooks_each_instance_out_drained_switched_
     drains = [r["result"] for r in run.results("router_worker") if "drained_s" in r["result"]]
     assert len(drains) == 2 and all(d["drain_value"] == 0.0 and d["drained_s"] is not None for d in drains)
     assert host.variants() == {"r0": "v2", "r1": "v2"}
+
+
+def test_bench_measures_each_replica_then_the_whole_through_the_router(router, replicas):
+    host = started_behind(router, replicas)
+    bench = {"concurrency": [2], "requests_per_level": 4, "input_tokens": 8, "output_tokens": 8, "warmup": 0}
+    host.write(serving_router={"type": "sglang", "url": router.url}, serving_bench=bench)
+    run = host.play(None, playbook=os.path.join(ROOT, "playbooks", "bench.yml"))
+    assert run.rc == 0, run.stdout[-4000:]
+    results = [r["result"] for r in run.results("async_status") if "results" in r["result"]]
+    measured = [(level["labels"].get("instance"), level["labels"].get("variant"), level["completed"])
+                for res in results for level in res["results"]]
+    assert measured == [("r0", "v1", 4), ("r1", "v1", 4), ("r2", "v1", 4), ("r3", "v1", 4), ("router", "v1", 4)]
+    assert listed(router.url) == dict((url, True) for url in host.urls()), "benchmarking takes nothing out"

@@ -116,6 +116,12 @@ class Server(object):
             return conn.respond(200, self._sglang_metrics().encode(), "text/plain; version=0.0.4")
         if path == "/metrics" and cfg.engine == "vllm":
             return conn.respond(200, self._vllm_metrics().encode(), "text/plain; version=0.0.4")
+        if path in ("/server_info", "/get_server_info") and cfg.engine == "sglang":
+            # SGLang srt/entrypoints/http_server.py get_server_info: its ServerArgs as a dict (and scheduler state);
+            # a few of its fields here. sglang-router 0.3.2 takes a worker's model id from served_model_name, else
+            # model_path (smg src/core/steps/worker/local/discover_metadata.rs, create_worker.rs)
+            return conn.respond(200, {"model_path": cfg.models[0], "served_model_name": cfg.models[0], "tp_size": 1,
+                                      "dp_size": 1, "port": cfg.port, "host": cfg.host})
         if path == "/get_model_info" and cfg.engine == "sglang":  # sglang srt/entrypoints/http_server.py
             return conn.respond(200, {"model_path": cfg.models[0], "is_generation": True})
         if path == "/version" and cfg.engine == "vllm":  # vllm entrypoints/serve/instrumentator/basic.py
