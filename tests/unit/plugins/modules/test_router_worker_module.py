@@ -126,7 +126,10 @@ def test_present_then_again_then_absent_then_again(capsys, router):
     assert added["worker"]["url"] == url and added["worker"]["is_healthy"] is True
     assert added["diff"] == {"before": {"listed": False},
                              "after": {"listed": True, "id": added["worker"]["id"], "url": url, "is_healthy": True}}
-    assert KEY not in out and added["invocation"]["module_args"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    # the key is never printed; ansible-core 2.19 echoes the arguments masked, 2.21 no longer echoes them
+    assert KEY not in out
+    assert added.get("invocation", {"module_args": {"api_key": "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"}})[
+        "module_args"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
     assert [(m, p, b) for m, p, b, k in state.requests if m == "POST"] == [("POST", "/workers", {"url": url})]
 
     code, again, dummy = run_module(capsys, router_url=url, worker_url=worker, api_key=KEY)
