@@ -49,8 +49,8 @@ options:
   router_type:
     description:
       - The router's kind. V(sglang) is C(sglang-router) 0.3, its worker API C(/workers).
-      - V(none) asks no router (a load balancer that hooks of your own drive): O(state=absent) only waits until
-        the engine is drained, and O(state=present) does nothing.
+      - V(none) asks no router (for a load balancer that hooks of your own drive). Then O(state=absent) only waits
+        until the engine is drained, and O(state=present) does nothing.
     type: str
     choices: [sglang, none]
     default: sglang

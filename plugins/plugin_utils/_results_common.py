@@ -20,6 +20,8 @@ def level_key(rec):
     """What a level is compared across runs by: (host, instance, variant, concurrency). instance is None for a
     host's only server, so replica r0 is never compared with r1, nor with the host's former single server."""
     return (rec["host"], rec.get("instance"), rec["variant"], rec["concurrency"])
+
+
 # a history record's identity (the bench_summary rows lead with it)
 IDENTITY_KEYS = ("host", "variant", "fingerprint", "concurrency")
 # a level's figures copied into its history record as they are
