@@ -41,6 +41,15 @@ def gone(pid, timeout=5.0):
     return not _procs.alive(pid)
 
 
+def reaped(pid, timeout=5.0):
+    """True once pid has left the process table altogether: alive() is already False for a zombie, which
+    its parent (the watchdog) reaps a moment later."""
+    deadline = time.monotonic() + timeout
+    while _procs.read_proc(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _procs.read_proc(pid) is None
+
+
 @pytest.fixture
 def dirs(tmp_path):
     return {"state_dir": str(tmp_path / "state"), "log_dir": str(tmp_path / "log")}
@@ -308,7 +317,7 @@ def test_how_the_engine_ended_is_told_by_a_later_call_and_the_stop_is_orderly(ru
     res = first.result("inference_server")
     os.kill(res["pid"], 9)
     assert gone(res["pid"])
-    assert _procs.read_proc(res["pid"]) is None  # reaped by its watchdog, not left a zombie
+    assert reaped(res["pid"]), _procs.read_proc(res["pid"])  # reaped by its watchdog, not left a zombie
     again = run_playbook(play(srv))
     assert again.rc == 0, again.stdout[-3000:]
     restarted = again.result("inference_server")
