@@ -130,7 +130,7 @@ awx: setup ## AWX as code: awx_configure.yml syntax and arguments, survey vs cat
 	python -m pytest -q tests/awx
 
 FLEET_HOSTS ?= 4
-test-fleet: setup ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root)
+test-fleet: setup router-env ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root), replicas behind the real sglang-router
 	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider tests/fleet
 
 # The newest ansible-core too (the supported range is 2.19 to 2.21): its own venv on Python 3.12, then the

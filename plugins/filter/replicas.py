@@ -2,7 +2,7 @@
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The decisions of replicas (serving_instances), each a pure function of plugin_utils/_replicas:
-instances_plan, instance_fit, instance_engine_args, drain_metric and hook_argv."""
+instances_plan, instance_fit, instance_engine_args, replica_switch_plan, drain_metric and hook_argv."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ def instance_engine_args(instance, spec):
     return _call("instance_engine_args", _replicas.instance_engine_args, instance, spec)
 
 
+def replica_switch_plan(plan, plans, canary=False, bench_always=False, pick=None):
+    """Which selected instances a run takes through the switch, in which batches, and the canary."""
+    return _call("replica_switch_plan", _replicas.switch_plan, plan, plans, canary, bench_always, pick)
+
+
 def drain_metric(spec):
     """The in-flight gauge a drain of this variant waits on ('' for none)."""
     return _call("drain_metric", _replicas.drain_metric, spec)
@@ -48,4 +53,5 @@ def hook_argv(argv, instance, url, host=""):
 class FilterModule(object):
     def filters(self):
         return {"instances_plan": instances_plan, "instance_fit": instance_fit,
-                "instance_engine_args": instance_engine_args, "drain_metric": drain_metric, "hook_argv": hook_argv}
+                "instance_engine_args": instance_engine_args,
+                "replica_switch_plan": replica_switch_plan, "drain_metric": drain_metric, "hook_argv": hook_argv}

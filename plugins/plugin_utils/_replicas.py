@@ -308,6 +308,72 @@ def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check
                 keep_healthy=min_available if len(declared) > 1 else 0)
 
 
+
+# ---- which instances a run takes through the switch ------------------------------------------
+
+SWITCH, RELABEL, KEEP = "switch", "relabel", "keep"
+
+
+def converge_action(result):
+    """What inference_server's plan (check mode) says a converge call would do to one server: switch
+    (stop what serves and start the variant, or start it where nothing serves), relabel (a server of
+    this very configuration only takes the variant's name) or keep (it serves the variant, healthy).
+    The same rule as the role's serve_variant_switching / serve_variant_relabel."""
+    result = result or {}
+    outcome = result.get("outcome")
+    if outcome == "relabelled":
+        return RELABEL
+    if result.get("healthy") is False or (_flag(result.get("changed")) and outcome != "unchanged"):
+        return SWITCH
+    return KEEP
+
+
+def switch_plan(plan, plans, canary=False, bench_always=False, pick=None):
+    """Which of the selected instances a run takes through the switch (out of the router, drained,
+    switched, back in), in which batches, and, in a rollout's canary batch, which one is the canary.
+
+    plan: instances_plan's dict; plans: instance -> {result (inference_server's check-mode result for it),
+    bench (whether it would be benchmarked)}, for every selected instance; canary: the host is in a
+    rollout's canary batch; bench_always: serving_bench_mode always (an instance that keeps its server is
+    taken out to be measured too); pick: the instance whose plan stands for the host, when a caller fixed
+    it earlier (a rollout's verify reads the same instance as its plan did).
+
+    An instance that keeps its server, healthy, stays in the router: a run that changes nothing takes
+    nothing out. The canary is the first selected instance (name order) that switches; on a canary host
+    only it goes before the gate (first), the others after it passes (rest). Returns replicated, actions
+    (instance -> switch | relabel | keep), switching (in name order), batches (switching, in batches of
+    serving_max_unavailable that keep serving_min_available in service), canary, first, rest, switches
+    (whether any instance switches or is relabelled), pick and pick_entry (the instance entry of pick),
+    result and bench (pick's), so that the rollout's host plan reads one instance as it reads one server.
+    """
+    if not isinstance(plan, Mapping) or "instances" not in plan:
+        raise PlanError("switch_plan needs instances_plan's result, got %r" % (plan,))
+    plans = plans or {}
+    if not isinstance(plans, Mapping):
+        raise PlanError("the instances' plans must be a dict of instance -> {result, bench}, got %s"
+                        % type(plans).__name__)
+    selected = [name for name in plan["selected"] if name is not None]
+    missing = [name for name in selected if name not in plans]
+    if missing:
+        raise PlanError("no plan for instance(s) %s: plan every selected instance first" % _join(missing))
+    actions = dict((name, converge_action(plans[name].get("result"))) for name in selected)
+    changing = [name for name in selected if actions[name] != KEEP]
+    switching = selected if _flag(bench_always) else changing
+    declared = [entry["instance"] for entry in plan["instances"]]
+    batches = _batches(switching, declared, plan["max_unavailable"], plan["min_available"])
+    first_switch = next((name for name in selected if actions[name] == SWITCH), None)
+    the_canary = first_switch if _flag(canary) else None
+    first = [the_canary] if the_canary else list(switching)
+    if pick not in selected:
+        pick = the_canary or first_switch or (changing[0] if changing else None) or (selected[0] if selected else None)
+    entries = dict((entry["instance"], entry) for entry in plan["instances"])
+    chosen = plans.get(pick) or {}
+    return {"replicated": bool(plan.get("replicated")), "actions": actions, "switching": switching,
+            "batches": batches, "canary": the_canary, "first": first,
+            "rest": [name for name in switching if name not in first], "switches": bool(changing),
+            "pick": pick, "pick_entry": entries.get(pick), "result": chosen.get("result") or {},
+            "bench": _flag(chosen.get("bench"))}
+
 # ---- does a variant fit an instance -----------------------------------------------------------
 
 def _norm(key):

@@ -14,6 +14,7 @@ of failed requests, the router's worker list, the process table and the state fi
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import socket
@@ -349,3 +350,73 @@ def test_bench_measures_each_replica_then_the_whole_through_the_router(router, r
                 for res in results for level in res["results"]]
     assert measured == [("r0", "v1", 4), ("r1", "v1", 4), ("r2", "v1", 4), ("r3", "v1", 4), ("router", "v1", 4)]
     assert listed(router.url) == dict((url, True) for url in host.urls()), "benchmarking takes nothing out"
+
+
+ROLLOUT = os.path.join(ROOT, "playbooks", "rollout.yml")
+BENCH = {"concurrency": [1], "requests_per_level": 6, "input_tokens": 8, "output_tokens": 16, "warmup": 0}
+
+
+def flat(text):
+    return " ".join(text.split())
+
+
+def test_a_switch_to_what_serves_takes_nothing_out_of_the_router(router, replicas):
+    host = started_behind(router, replicas)
+    before = host.pids()
+    with Load(router.url) as load:
+        run = host.play("v1")
+    assert run.rc == 0, run.stdout[-4000:]
+    assert run.recap()["changed"] == 0, run.stdout[-3000:]
+    assert not [r for r in run.results("router_worker") if r["status"] != "skipped"], "no replica left the router"
+    assert host.pids() == before and load.failed == 0
+    assert listed(router.url) == dict((url, True) for url in host.urls())
+
+
+def benched_labels(run):
+    return [level["labels"] for rec in run.results("async_status") if "results" in rec["result"]
+            for level in rec["result"]["results"][:1]]
+
+
+def test_rollout_on_a_host_of_replicas_switches_the_canary_instance_first_under_load(router, replicas):
+    """rollout.yml on a host of four replicas: r0 is the canary (benchmarked on v1, switched alone, benchmarked
+    on v2, gated), then r1-r3 in batches; every one out of the router and drained first. 0 failed requests."""
+    host = started_behind(router, replicas)
+    host.write(serving_bench=BENCH, serving_bench_enabled=True)
+    before = host.pids()
+    with Load(router.url) as load:
+        time.sleep(1)
+        run = host.play("v2", playbook=ROLLOUT, rollout_min_speedup=0.3)
+        time.sleep(1)
+    out = flat(run.stdout)
+    print("rollout over replicas: requests sent %d, failed %d, p99 %.3f s" % (load.sent, load.failed, load.p99() or 0))
+    assert run.rc == 0, run.stdout[-5000:]
+    assert load.failed == 0, load.errors[:5]
+    assert host.variants() == dict((name, "v2") for name in NAMES)
+    assert all(host.pids()[name] != before[name] for name in NAMES)
+    assert re.search(r"canary gate passed on localhost: v2 vs v1, worst [0-9.]+x >= rollout_min_speedup 0.3", out), out[-3000:]
+    # the canary instance alone was measured before and after; then each other instance after its switch
+    labels = benched_labels(run)
+    assert [(lab["instance"], lab["variant"]) for lab in labels] == [
+        ("r0", "v1"), ("r0", "v2"), ("r1", "v2"), ("r2", "v2"), ("r3", "v2")], labels
+    assert out.index("canary gate passed") < out.index("Switch r1, r2, r3 to v2")
+    assert "localhost serves v2 (switched from v1)" in out
+    assert listed(router.url) == dict((url, True) for url in host.urls())
+
+
+def test_a_slower_canary_instance_is_rolled_back_and_the_other_replicas_are_not_touched(router, replicas):
+    host = started_behind(router, replicas)
+    host.write(serving_bench=BENCH, serving_bench_enabled=True)
+    before = host.pids()
+    with Load(router.url) as load:
+        time.sleep(1)
+        run = host.play("v2", playbook=ROLLOUT)  # v2 takes 3 ms a token against 2: 0.67x < 0.95
+        time.sleep(1)
+    out = flat(run.stdout)
+    assert run.rc != 0
+    assert load.failed == 0, load.errors[:5]
+    assert "CANARY GATE STOPPED THE ROLLOUT on localhost: v2 gives" in out, out[-3000:]
+    assert host.variants() == dict((name, "v1") for name in NAMES)
+    after = host.pids()
+    assert after["r0"] != before["r0"], "the canary instance was switched, then rolled back"
+    assert dict((n, after[n]) for n in NAMES[1:]) == dict((n, before[n]) for n in NAMES[1:])
+    assert listed(router.url) == dict((url, True) for url in host.urls())

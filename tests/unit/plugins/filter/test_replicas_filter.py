@@ -28,7 +28,8 @@ CATALOG = {"base": {"engine_args": {"tp_size": 2, "mem_fraction_static": 0.8}},
 
 def test_the_module_registers_exactly_its_filters_each_with_its_documentation():
     filters = replicas_filter.FilterModule().filters()
-    assert sorted(filters) == ["drain_metric", "hook_argv", "instance_engine_args", "instance_fit", "instances_plan"]
+    assert sorted(filters) == ["drain_metric", "hook_argv", "instance_engine_args", "instance_fit", "instances_plan",
+                               "replica_switch_plan"]
     assert all(filters[name] is getattr(replicas_filter, name) for name in filters)
     assert [name for name in filters if not os.path.isfile(os.path.join(HERE, "%s.yml" % name))] == []
 

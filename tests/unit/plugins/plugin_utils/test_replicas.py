@@ -521,3 +521,100 @@ def test_the_router_keeps_min_available_other_healthy_workers_on_a_host_of_two_o
     assert plan(two, min_available=1)["keep_healthy"] == 1
     assert plan(dict(two, r2={"gpus": [2], "port": 30002}), min_available=2)["keep_healthy"] == 2
     assert plan({"r0": {"gpus": [0], "port": 30000}}, min_available=1)["keep_healthy"] == 0  # one switches as ever
+
+
+# ---- which instances a run takes through the switch ------------------------------------------
+
+KEEP_RESULT = {"changed": False, "outcome": "unchanged", "healthy": True, "fingerprint": "fp-keep",
+               "current": {"variant": "v2", "fingerprint": "fp-keep"}}
+
+
+def switching(variant="v1", fingerprint="fp-new"):
+    return {"changed": True, "outcome": "switched", "healthy": None, "fingerprint": fingerprint,
+            "current": {"variant": variant, "fingerprint": "fp-old"}}
+
+
+def four(selected="all", **kw):
+    inst = dict(("r%d" % i, {"gpus": [2 * i, 2 * i + 1], "port": 9000 + i}) for i in range(4))
+    return rp.instances_plan(inst, "rep", selected, **kw)
+
+
+@pytest.mark.parametrize("result, action", [
+    (KEEP_RESULT, "keep"),
+    (switching(), "switch"),
+    ({"changed": True, "outcome": "relabelled", "healthy": True}, "relabel"),
+    ({"changed": True, "outcome": "unchanged", "healthy": True}, "keep"),  # a state file rebuilt is no switch
+    ({"changed": False, "outcome": "unchanged", "healthy": False}, "switch"),  # recorded, but no longer answers
+    ({"changed": "true", "outcome": "started"}, "switch"),
+    (None, "keep"),
+])
+def test_converge_action_reads_the_plan_as_the_role_does(result, action):
+    assert rp.converge_action(result) == action
+
+
+def test_instances_that_keep_their_server_stay_in_the_router():
+    plans = {"r0": {"result": KEEP_RESULT}, "r1": {"result": switching()}, "r2": {"result": KEEP_RESULT},
+             "r3": {"result": switching("v1", "fp-r3"), "bench": True}}
+    out = rp.switch_plan(four(), plans)
+    assert out["actions"] == {"r0": "keep", "r1": "switch", "r2": "keep", "r3": "switch"}
+    assert out["switching"] == ["r1", "r3"] and out["batches"] == [["r1"], ["r3"]]
+    assert out["first"] == ["r1", "r3"] and out["rest"] == [] and out["canary"] is None
+    assert out["switches"] is True and out["replicated"] is True
+    assert out["pick"] == "r1" and out["pick_entry"]["port"] == 9001 and out["result"]["fingerprint"] == "fp-new"
+
+
+def test_a_run_that_changes_nothing_takes_nothing_out_unless_it_measures_everything():
+    plans = dict(("r%d" % i, {"result": KEEP_RESULT, "bench": i == 2}) for i in range(4))
+    out = rp.switch_plan(four(), plans)
+    assert out["switching"] == [] and out["batches"] == [] and out["switches"] is False
+    assert out["pick"] == "r0" and out["first"] == [] and out["rest"] == []
+    measured = rp.switch_plan(four(), plans, bench_always=True)
+    assert measured["switching"] == ["r0", "r1", "r2", "r3"] and measured["batches"] == [["r0"], ["r1"], ["r2"], ["r3"]]
+    assert measured["switches"] is False
+
+
+def test_the_canary_is_the_first_instance_that_switches_and_goes_alone_before_the_gate():
+    plans = {"r0": {"result": KEEP_RESULT}, "r1": {"result": switching(), "bench": True},
+             "r2": {"result": switching()}, "r3": {"result": {"outcome": "relabelled", "changed": True}}}
+    out = rp.switch_plan(four(max_unavailable=2), plans, canary=True)
+    assert out["canary"] == "r1" and out["first"] == ["r1"] and out["rest"] == ["r2", "r3"]
+    assert out["pick"] == "r1" and out["bench"] is True
+    assert out["batches"] == [["r1", "r2"], ["r3"]]  # max_unavailable 2 (min_available 1 leaves room for 3)
+
+
+def test_a_relabel_alone_is_no_canary():
+    plans = dict(("r%d" % i, {"result": KEEP_RESULT}) for i in range(4))
+    plans["r2"] = {"result": {"outcome": "relabelled", "changed": True}}
+    out = rp.switch_plan(four(), plans, canary=True)
+    assert out["canary"] is None and out["first"] == ["r2"] and out["rest"] == [] and out["pick"] == "r2"
+
+
+def test_a_pick_fixed_earlier_stands_for_the_host_when_it_is_selected():
+    plans = dict(("r%d" % i, {"result": KEEP_RESULT}) for i in range(4))
+    assert rp.switch_plan(four(), plans, pick="r3")["pick"] == "r3"
+    assert rp.switch_plan(four("r0,r1"), dict((k, plans[k]) for k in ("r0", "r1")), pick="r3")["pick"] == "r0"
+
+
+def test_only_the_selection_is_planned_and_switched():
+    out = rp.switch_plan(four("r2"), {"r2": {"result": switching()}}, canary=True)
+    assert out["actions"] == {"r2": "switch"} and out["first"] == ["r2"] and out["rest"] == []
+
+
+def test_a_selected_instance_without_a_plan_is_refused():
+    with pytest.raises(rp.PlanError, match=r"no plan for instance\(s\) r1, r3"):
+        rp.switch_plan(four(), {"r0": {"result": KEEP_RESULT}, "r2": {"result": KEEP_RESULT}})
+
+
+@pytest.mark.parametrize("plan, plans, why", [
+    ({}, {}, "needs instances_plan's result"),
+    (None, {}, "needs instances_plan's result"),
+    ("plan", {}, "needs instances_plan's result"),
+])
+def test_switch_plan_refuses_what_is_not_a_plan(plan, plans, why):
+    with pytest.raises(rp.PlanError, match=why):
+        rp.switch_plan(plan, plans)
+
+
+def test_switch_plan_refuses_plans_that_are_not_a_dict():
+    with pytest.raises(rp.PlanError, match="must be a dict of instance"):
+        rp.switch_plan(four(), ["r0"])
