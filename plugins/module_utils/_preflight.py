@@ -128,6 +128,96 @@ def port_problem(params, record, running, spared, owner=None):
 _OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w.-]*)")
 # rich and argparse wrap help to the terminal: a wide one keeps every option whole
 _HELP_ENV = {"COLUMNS": "400", "TERM": "dumb", "NO_COLOR": "1"}
+# what a cached help record holds; another format is another cache key, and a record of another format is
+# read again, never misread (format 1 had only "flags": a cache of it would check no value)
+HELP_FORMAT = 2
+
+# What a --help says of an option's value, in the shapes the engines print (all read with COLUMNS=400; an
+# option's own line is never wrapped by argparse or click, only its help text is):
+#   argparse, "usage: " first: SGLang 0.5.9 (sglang/srt/server_args.py ServerArgs.add_cli_args), SGLang 0.5.23
+#   (sglang/srt/arg_groups/arg_utils.py add_cli_args_from_dataclass, srt/server_args.py add_cli_args), vLLM
+#   0.34.0 (`vllm serve --help=all`: vllm/engine/arg_utils.py _compute_kwargs, vllm/utils/argparse_utils.py
+#   FlexibleArgumentParser):
+#     "  --quantization {awq,fp8,...}"                   choices, one value
+#     "  --collect-detailed-traces {all,model,worker,None} [{all,model,worker,None} ...]"   each of several
+#     "  --tp-size TP_SIZE, --tensor-parallel-size TP_SIZE", "  --hf-token [HF_TOKEN]"   a metavar: anything
+#     "  --enable-x, --no-enable-x"                       no value
+#   argparse prints no type: a metavar is the destination's name (MEM_FRACTION_STATIC), so no type is checked.
+#   vLLM prints a Literal that also takes any string as a list, "--kv-cache-dtype ['auto', 'bfloat16', ...]",
+#   with no choices behind it (engine/arg_utils.py literal_to_kwargs: metavar when str is allowed), and its
+#   tool parsers as "--tool-call-parser {apertus,...} or name registered in --tool-parser-plugin" (a metavar,
+#   entrypoints/common/cli_args.py): neither is a list of choices, and neither shape is read as one.
+#   click, "Usage: " first: transformers 5.24 `transformers serve --help` (typer 0.29, click 8.x):
+#     "  --reasoning [on|off|auto]"                       choices
+#     "  --port INTEGER", "  --cb-max-memory-percent FLOAT" (also "INTEGER RANGE", "FLOAT RANGE")   a type
+#     "  --compile / --no-compile"                        no value
+_BRACES = re.compile(r"\{([^{}\s]*)\}")
+# how argparse prints nargs (Python 3.9+; "[M [M ...]]" before)
+_ARGPARSE_NARGS = {"M": 1, "[M]": "?", "M [M ...]": "+", "[M ...]": "*", "[M [M ...]]": "*"}
+_CLICK_CHOICES = re.compile(r"^\[([^\[\]|\s]+(?:\|[^\[\]|\s]+)+)\]$")
+_CLICK_TYPES = {"INTEGER": "int", "INTEGER RANGE": "int", "FLOAT": "float", "FLOAT RANGE": "float"}
+_INVOCATION_PART = re.compile(r"^(-{1,2}[A-Za-z0-9][\w.-]*)(?: (.+))?$")
+_BOX = "\u2502\u2503\u2551"  # rich's panel borders
+# an option's own line is indented by 2 (argparse's section, click's listing; 1 inside a rich panel); its
+# wrapped help by the help column (24 for argparse, more for click)
+OPTION_INDENT = 6
+
+
+def _metavar_spec(metavar, click):
+    """What a metavar says of the values, or None when it limits nothing that can be told."""
+    if click:
+        if metavar in _CLICK_TYPES:
+            return {"type": _CLICK_TYPES[metavar], "nargs": 1}
+        found = _CLICK_CHOICES.match(metavar)
+        return {"choices": found.group(1).split("|"), "nargs": 1} if found else None
+    groups = _BRACES.findall(metavar)
+    if not groups or len(set(groups)) != 1 or not groups[0]:
+        return None
+    nargs = _ARGPARSE_NARGS.get(_BRACES.sub("M", metavar))
+    if nargs is None:
+        shape = _BRACES.sub("M", metavar).split(" ")
+        if len(shape) < 2 or set(shape) != {"M"}:
+            return None  # anything else around the braces: a metavar written by hand, not argparse's choices
+        nargs = len(shape)  # nargs=N prints the choices N times
+    return {"choices": groups[0].split(","), "nargs": nargs}
+
+
+def value_specs(text):
+    """{option: spec} for each long option whose value the help limits: spec has "choices" (a list of strings)
+    or "type" ("int", "float"), and "nargs" (1, N, "?", "+", "*": how many values the option takes). An option
+    printed twice with different specs, or in a shape not read here, is left out: it is never judged."""
+    text = text or ""
+    usage = re.search(r"^[ %s]*([Uu]sage:)" % _BOX, text, re.M)
+    click = bool(usage) and usage.group(1) == "Usage:"  # argparse says "usage:"
+    specs, clashes = {}, set()
+    for line in text.splitlines():
+        bare = line.lstrip(" ")
+        if bare and bare[0] in _BOX:  # "│ --device TEXT   where to run   │"
+            line = bare[1:].rstrip(" " + _BOX)
+        indent = len(line) - len(line.lstrip(" "))
+        line = line.strip()
+        if indent > OPTION_INDENT or not line.startswith("-") or line.startswith("- "):
+            continue  # help text (vLLM 0.34.0: "--mamba-cache-mode is deprecated ...", "- "auto" will ...")
+        invocation = re.split(r"\s{2,}", line)[0]
+        parts = re.split(r" / (?=-)" if click else r", (?=-)", invocation)
+        if click:  # "-h, --help", "--compile / --no-compile"
+            parts = [p for part in parts for p in re.split(r", (?=-)", part)]
+        named = []
+        for part in parts:
+            found = _INVOCATION_PART.match(part)
+            if not found:
+                named = []
+                break
+            named.append(found.groups())
+        metavars = set(metavar for dummy, metavar in named if metavar)
+        spec = _metavar_spec(metavars.pop(), click) if len(metavars) == 1 else None
+        for option, metavar in named:
+            if not option.startswith("--") or not metavar:
+                continue
+            if option in specs and specs[option] != spec:
+                clashes.add(option)
+            specs[option] = spec
+    return dict((option, spec) for option, spec in specs.items() if spec and option not in clashes)
 
 
 def _help_cache_key(help_argv, version, env):
@@ -137,18 +227,20 @@ def _help_cache_key(help_argv, version, env):
         identity = [os.path.realpath(exe), stat.st_size, int(stat.st_mtime)]
     except OSError:
         identity = [exe]
-    blob = json.dumps([help_argv, identity, version, sorted(env.items())], sort_keys=True)
+    blob = json.dumps([help_argv, identity, version, sorted(env.items()), HELP_FORMAT], sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
 
 
-def accepted_flags(help_argv, env, version, run, cache_dir, create=True):
-    """The long options the engine's own --help lists (cached per launcher and version in cache_dir):
-    (flags, None), or (None, why) when the help could not be read."""
+def read_help(help_argv, env, version, run, cache_dir, create=True):
+    """What the engine's own --help says (cached per launcher and version in cache_dir): ({"flags": the long
+    options it lists, "values": value_specs}, None), or (None, why) when the help could not be read."""
     path = os.path.join(cache_dir, "%s.json" % _help_cache_key(help_argv, version, env))
     try:
         with open(path) as handle:
-            return json.load(handle)["flags"], None
-    except (IOError, OSError, ValueError, KeyError):
+            record = json.load(handle)
+        if record["format"] == HELP_FORMAT and isinstance(record["flags"], list) and isinstance(record["values"], dict):
+            return record, None
+    except (IOError, OSError, ValueError, KeyError, TypeError):
         pass
     call_env = dict(env)
     call_env.update(_HELP_ENV)
@@ -157,10 +249,18 @@ def accepted_flags(help_argv, env, version, run, cache_dir, create=True):
     if rc != 0 or len(flags) < 3:
         tail = " ".join(((err or "") + " " + (out or "")).split())[-300:]
         return None, "%s exited %s listing %d flags: %s" % (" ".join(help_argv), rc, len(flags), tail)
+    record = {"format": HELP_FORMAT, "argv": help_argv, "version": version, "flags": flags,
+              "values": value_specs(out)}
     if create:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        _supervisor.write_atomic(path, json.dumps({"argv": help_argv, "version": version, "flags": flags}) + "\n")
-    return flags, None
+        _supervisor.write_atomic(path, json.dumps(record, sort_keys=True) + "\n")
+    return record, None
+
+
+def accepted_flags(help_argv, env, version, run, cache_dir, create=True):
+    """The long options the engine's own --help lists: (flags, None), or (None, why) (read_help)."""
+    record, why = read_help(help_argv, env, version, run, cache_dir, create)
+    return (record["flags"], None) if record else (None, why)
 
 
 def judge_flag(flag, accepted, abbrev, negatable=False, spelled=None):
@@ -182,24 +282,121 @@ def judge_flag(flag, accepted, abbrev, negatable=False, spelled=None):
     return "is not among the flags its --help lists%s" % ("; nearest: %s" % ", ".join(near[:4]) if near else "")
 
 
+# the choices a message lists at most (SGLang 0.5.23 lists 90 attention backends)
+MAX_CHOICES_SHOWN = 40
+
+
+def _integer(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _among(value, choices, fold):
+    """Whether a parser that lists choices takes value, erring towards yes: argparse converts the value with
+    the option's type before it looks among the choices, and the help shows only the choices."""
+    if value in choices:
+        return True
+    if value == "" and "None" in choices:
+        return True  # vLLM 0.34.0 engine/arg_utils.py optional_type: "" and "None" are None, a choice
+    numbers = [_integer(c) for c in choices if c != "None"]
+    if numbers and None not in numbers and _integer(value) in numbers:
+        return True  # type=int choices ({0,1,2,3}): "03" is 3
+    if fold == "value":
+        return value.lower().replace("-", "_") in choices
+    if fold == "both":
+        return value.lower().replace("-", "_") in set(c.lower().replace("-", "_") for c in choices)
+    return False
+
+
+def judge_value(flag, value, spec, fold="exact"):
+    """None when the engine's parser would take value for flag as far as its --help tells (spec, from
+    value_specs), else why not, naming the flag, the value and what the help allows. fold: how the parser may
+    change the value before it looks among the choices, which its help cannot show: "exact" not at all,
+    "value" lowercased with '-' made '_' (vLLM 0.34.0 engine/arg_utils.py add_cli_args, type=lambda s:
+    s.lower().replace("-", "_") for --moe-backend, --linear-backend, --sparse-indexer-topk-backend), "both"
+    value and choices compared that way (click's Choice(case_sensitive=False), an engine not read here)."""
+    if not spec:
+        return None
+    shown = value if value and value.split() == [value] else json.dumps(value)
+    choices = spec.get("choices")
+    if choices is not None:
+        if _among(value, choices, fold):
+            return None
+        near = difflib.get_close_matches(value, choices, n=2, cutoff=0.6)
+        listed = ", ".join(choices[:MAX_CHOICES_SHOWN])
+        if len(choices) > MAX_CHOICES_SHOWN:
+            listed += ", ... (%d in all)" % len(choices)
+        return "%s %s is not among the choices its --help lists: %s%s" % (
+            flag, shown, listed, " (nearest: %s)" % ", ".join(near) if near else "")
+    kind = spec.get("type")
+    convert, said = {"int": (int, "an integer"), "float": (float, "a number")}.get(kind, (None, None))
+    if convert is None:
+        return None
+    try:
+        convert(value)  # what click's INTEGER and FLOAT do (click/types.py _NumberParamTypeBase.convert)
+    except ValueError:
+        return "%s %s is not %s, the type its --help gives it" % (flag, shown, said)
+    return None
+
+
+def _taken(values, nargs):
+    """The values the option itself takes from those after it in the argv (argparse and click leave the
+    rest to other arguments, which the parser then refuses or takes on its own)."""
+    if nargs in ("+", "*"):
+        return list(values)
+    if nargs == "?":
+        return list(values[:1])
+    return list(values[:nargs if isinstance(nargs, int) else 1])
+
+
+# how each engine's parser may change a value before it looks among the choices (judge_value's fold). SGLang
+# 0.5.9 and 0.5.23: not at all; every option with choices has type str, int or (0.5.23 --cuda-graph-backend-*)
+# srt/model_executor/cuda_graph_config.py parse_cuda_graph_backend_arg, which returns the value as given. vLLM:
+# its own normaliser (0.34.0 uses it for three options; its help cannot say which, so any option may).
+# Any other engine: case and separators are let through both ways.
+FOLD = {"sglang": "exact", "vllm": "value"}
+
+
+def _option_of(flag, accepted, abbrev):
+    """The option of the help that flag stands for: itself, or the one it abbreviates where argparse allows it."""
+    if flag in accepted or not abbrev:
+        return flag
+    longer = [a for a in accepted if a.startswith(flag)]
+    return longer[0] if len(longer) == 1 else flag
+
+
 def flag_problems(adapter, params, launch, version, run, create=True):
-    """Each flag of the launch that the engine's own parser would refuse (the engine exiting 2 right after
-    the old server was stopped). ([], None) when not checked: engine=command, flag_check=false, no run."""
+    """Each flag of the launch, and each value of one, that the engine's own parser would refuse (the engine
+    exiting 2 right after the old server was stopped). ([], None) when not checked: engine=command,
+    flag_check=false, no run."""
     help_argv = adapter.help_argv(params)
     if not help_argv or not params.get("flag_check", True) or run is None:
         return [], None
     cache_dir = os.path.join(params["state_dir"], "engine-flags")
-    accepted, why = accepted_flags(help_argv, launch.env, version, run, cache_dir, create=create)
-    if accepted is None:
+    record, why = read_help(help_argv, launch.env, version, run, cache_dir, create=create)
+    if record is None:
         return [], {"checked": False, "why": why}
-    accepted = set(accepted)
+    accepted, specs = set(record["flags"]), record["values"]
+    engine = "engine %s %s" % (adapter.name, version or "(version unknown)")
+    fold = FOLD.get(adapter.name, "both")
     problems = []
-    for flag, dummy in launch.flags:
+    for flag, values in launch.flags:
         verdict = judge_flag(flag, accepted, adapter.abbrev, adapter.hidden_negations, adapter.spelling(flag))
         if verdict:
-            problems.append("engine %s %s does not accept %s: it %s (set flag_check: false in the variant if "
-                            "its --help is incomplete)" % (adapter.name, version or "(version unknown)", flag, verdict))
-    return problems, {"checked": True, "argv": help_argv, "flags": len(accepted)}
+            problems.append("%s does not accept %s: it %s (set flag_check: false in the variant if "
+                            "its --help is incomplete)" % (engine, flag, verdict))
+            continue
+        spec = specs.get(_option_of(flag, accepted, adapter.abbrev))
+        for value in _taken(values, spec.get("nargs", 1)) if spec else []:
+            if value in launch.secrets:
+                continue  # never in a message; no secret has choices anyway
+            verdict = judge_value(flag, value, spec, fold)
+            if verdict:
+                problems.append("%s would refuse a value: %s (set flag_check: false in the variant if its "
+                                "--help is incomplete)" % (engine, verdict))
+    return problems, {"checked": True, "argv": help_argv, "flags": len(accepted), "values": len(specs)}
 
 
 def gpu_problems(params, spared, run, find_smi, owner=None):

@@ -344,8 +344,8 @@ def test_accepted_flags_reads_the_help_once_per_launcher_and_version(tmp_path):
     assert env == {"HF_HOME": "/h", "COLUMNS": "400", "TERM": "dumb", "NO_COLOR": "1"}  # a wide, plain help
     assert stat.S_IMODE(os.stat(str(cache)).st_mode) == 0o700
     [name] = os.listdir(str(cache))
-    assert json.loads((cache / name).read_text()) == {"argv": ["serve", "--help"], "version": "5.24",
-                                                      "flags": HELP_FLAGS}
+    assert json.loads((cache / name).read_text()) == {"format": 2, "argv": ["serve", "--help"], "version": "5.24",
+                                                      "flags": HELP_FLAGS, "values": {}}
     assert _preflight.accepted_flags(["serve", "--help"], {"HF_HOME": "/h"}, "5.24", run, str(cache)) == (
         HELP_FLAGS, None)
     assert len(run.calls) == 1  # from the cache
@@ -461,7 +461,7 @@ def test_flag_problems_in_check_mode_create_no_cache(tmp_path):
     run = FakeRun(out="--model-path --host --port --tp-size --tensor-parallel-size")
     problems, how = _preflight.flag_problems(adapter, params, launch, "0.5.23", run, create=False)
     assert problems == [] and how == {"checked": True, "argv": [sys.executable, "-m", "sglang.launch_server", "--help"],
-                                      "flags": 5}
+                                      "flags": 5, "values": 0}
     assert not (tmp_path / "state").exists()
     problems, how = _preflight.flag_problems(adapter, params, launch, None, FakeRun(out="--model-path --host --port"))
     assert problems == ["engine sglang (version unknown) does not accept --tp-size: it is not among the flags its "
