@@ -4,9 +4,19 @@
 """The closed-loop load generator behind throughput_bench.
 
 Per level: exactly ``concurrency`` workers, each on its own keep-alive connection; every worker
-first sends ``warmup`` requests (excluded), then all start together and each sends its next
-request as soon as its previous one finished, until ``requests`` were sent. A probe task measures
-the event loop's own scheduling lag, so a saturated client shows in ``client.loop_lag_ms``.
+first sends ``warmup`` requests (excluded), then the level warms up to steady state (below), then all
+start together and each sends its next request as soon as its previous one finished, until
+``requests`` were sent. A probe task measures the event loop's own scheduling lag, so a saturated
+client shows in ``client.loop_lag_ms``.
+
+Warm-up to steady state (``warmup_tolerance``, ``warmup_max_s``; off when ``warmup`` is 0 or
+``warmup_max_s`` is None): after the fixed warm-up, the level's workers send windows of
+WARMUP_WINDOW_ROUNDS requests each (a window: concurrency x WARMUP_WINDOW_ROUNDS requests, all
+workers together, excluded) until the output throughputs of two successive windows agree within
+``warmup_tolerance`` (relative to the earlier one), or ``warmup_max_s`` seconds have passed since the
+level's warm-up began (no window starts after that; one in flight runs to its end), or a window
+completes no request (the measured requests then show why). The decision is warmup_step(), a pure
+function of the windows' throughputs and the time, driven by the WarmUp state machine.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ CLIENT_NAME = "inferops.serving.throughput_bench"
 CLIENT_VERSION = "0.1.0"
 LAG_PROBE_S = 0.005
 LAG_WARN_MS = 5.0
+WARMUP_WINDOW_ROUNDS = 2             # requests per worker in one steady-state warm-up window
 SCRAPE_TIMEOUT = 10.0                 # seconds one metrics scrape, read and parsed, may take (at most the request timeout)
 METRICS_MAX = 16 * 1024 * 1024        # bytes of one metrics scrape (vLLM's /metrics is hundreds of KiB)
 PARSE_SLICE = 1024 * 1024             # characters of exposition text parsed at a time
@@ -38,6 +49,79 @@ def build_prompt(input_tokens, index=0):
     n = len(WORDS)
     words.extend(WORDS[(index + i) % n] for i in range(max(0, input_tokens - 1)))
     return " ".join(words)
+
+
+def steady(previous, this, tolerance):
+    """Whether two successive warm-up windows agree: both output throughputs (tokens/s) measured and positive
+    (a window that completed no request has None), and |this - previous| <= tolerance * previous."""
+    if previous is None or this is None or previous <= 0 or this <= 0:
+        return False
+    return abs(this - previous) <= tolerance * previous
+
+
+WINDOW, STEADY, OUT_OF_TIME, NOTHING_COMPLETED = "window", "steady", "out_of_time", "nothing_completed"
+
+
+def warmup_step(windows, tolerance, elapsed_s, max_s):
+    """What a level's warm-up does next, from its windows' output throughputs so far (oldest first; None for a
+    window that completed no request) and the seconds since the level's warm-up began: STEADY when the last two
+    windows agree (steady()), NOTHING_COMPLETED when the last window completed no request, OUT_OF_TIME once
+    max_s has passed, else WINDOW (send one more window). Pure: no clock, no I/O."""
+    if len(windows) >= 2 and steady(windows[-2], windows[-1], tolerance):
+        return STEADY
+    if windows and windows[-1] is None:
+        return NOTHING_COMPLETED
+    if elapsed_s >= max_s:
+        return OUT_OF_TIME
+    return WINDOW
+
+
+class WarmUp(object):
+    """One level's warm-up to steady state, as a state machine with the time passed in (no clock, no I/O):
+    next(now) says whether to send another window (WINDOW) or why the warm-up is over; add(tps) records a
+    window's output throughput; result() gives warmup_s, steady and warmup_windows for the level."""
+
+    def __init__(self, tolerance, max_s, began):
+        self.tolerance = tolerance
+        self.max_s = max_s
+        self.began = began
+        self.windows = []
+        self.state = WINDOW
+        self.ended = began
+
+    def next(self, now):
+        if self.state == WINDOW:
+            self.state = warmup_step(self.windows, self.tolerance, now - self.began, self.max_s)
+            self.ended = now
+        return self.state
+
+    def add(self, tps):
+        if self.state != WINDOW:
+            raise ValueError("the warm-up is over (%s): no window to add" % self.state)
+        self.windows.append(tps)
+
+    def result(self):
+        return {"warmup_s": round(max(0.0, self.ended - self.began), 3), "steady": self.state == STEADY,
+                "warmup_end": self.state,
+                "warmup_windows": [None if tps is None else round(tps, 2) for tps in self.windows]}
+
+
+def window_throughput(records, concurrency):
+    """A warm-up window's output throughput (tokens/s), defined as a level's (sum of n_out over
+    max(t_last) - min(t_send)); None when no request of it completed."""
+    agg = _metrics.aggregate(records, concurrency)
+    if not agg["completed"]:
+        return None
+    return agg["output_throughput"]
+
+
+def _unsteady_text(result):
+    repeat = (result.get("labels") or {}).get("repeat")
+    where = "c=%d%s" % (result["concurrency"], "" if repeat is None else " (repeat %s)" % repeat)
+    if result.get("warmup_end") == NOTHING_COMPLETED:
+        return "%s, a warm-up window completed no request" % where
+    return "%s, warmup_max_s ran out after %.1f s of warm-up (windows %s tok/s; raise warmup_max_s or " \
+        "warmup_tolerance)" % (where, result["warmup_s"], result.get("warmup_windows"))
 
 
 class LagProbe(object):
@@ -115,8 +199,11 @@ def parse_metrics(text, deadline):
 class Bench(object):
     def __init__(self, target, model, api="completions", input_tokens=128, output_tokens=256,
                  ignore_eos=True, api_key=None, timeout=600.0, slo=None, labels=None,
-                 metrics_url=None, scrape=None, engine="openai"):
+                 metrics_url=None, scrape=None, engine="openai", warmup_tolerance=0.05, warmup_max_s=None):
         self.target = target
+        # the warm-up to steady state: off with warmup_max_s None (the module always passes its options)
+        self.warmup_tolerance = warmup_tolerance
+        self.warmup_max_s = warmup_max_s
         self.engine = engine
         self.model = model
         self.api = api
@@ -161,8 +248,10 @@ class Bench(object):
     async def level(self, concurrency, requests, warmup, repeat=None):
         conns = [_stream.Connection(self.target, self.api_key, clock=self.clock) for dummy in range(concurrency)]
         try:
-            # connect and warm up every worker; all measured requests start after this barrier
+            began = _stream.monotonic()
+            # connect and warm up every worker, then the level to steady state; all measured requests start after
             await asyncio.gather(*(self._warm(c, warmup) for c in conns))
+            warm = await self._warm_to_steady(conns, concurrency, warmup, began)
             before = self.scrape()
             records = []
             # bodies are built before the barrier, so that starting a request is only a write
@@ -187,6 +276,7 @@ class Bench(object):
         result = _metrics.aggregate(records, concurrency, self.output_tokens, self.ignore_eos, self.slo, labels)
         result["requests_per_level"] = requests
         result["warmup_per_worker"] = warmup
+        result.update(warm)
         result["connections_opened"] = sum(c.opened for c in conns)
         # per request first (exact for this level), then the counters' deltas over it, then SGLang's rolling gauge
         acceptance = (_metrics.acceptance_from_sglext(records) or _metrics.acceptance_from_meta(records)
@@ -204,6 +294,23 @@ class Bench(object):
                 await asyncio.wait_for(conn.connect(), self.timeout)
             except (_stream.RequestError, asyncio.TimeoutError):
                 pass  # the measured requests report it
+
+    async def _warm_to_steady(self, conns, concurrency, warmup, began):
+        """Warm-up windows at the level's concurrency until WarmUp says it is over: {warmup_s, steady,
+        warmup_end, warmup_windows}. Off (steady None, no window) with warmup 0 or warmup_max_s None."""
+        if warmup < 1 or self.warmup_max_s is None:
+            return {"warmup_s": round(_stream.monotonic() - began, 3), "steady": None, "warmup_end": "off",
+                    "warmup_windows": []}
+        state = WarmUp(self.warmup_tolerance, self.warmup_max_s, began)
+        while state.next(_stream.monotonic()) == WINDOW:
+            records = []
+            await asyncio.gather(*(self._window(c, WARMUP_WINDOW_ROUNDS, records) for c in conns))
+            state.add(window_throughput(records, concurrency))
+        return state.result()
+
+    async def _window(self, conn, rounds, records):
+        for dummy in range(rounds):
+            records.append(await conn.post(self.path, self._body(), self.timeout))
 
     async def _worker(self, conn, bodies, records):
         while bodies:
@@ -238,6 +345,10 @@ class Bench(object):
             info["warnings"].append("%d request(s) completed with tokens (per usage) that decoded to no text, so they "
                                     "have no latencies: their tokens count in the throughputs, they are missing from "
                                     "the ttft/tpot/e2e distributions (see each level's no_text)" % no_text)
+        unsteady = [r for r in results if r.get("steady") is False]
+        if unsteady:
+            info["warnings"].append("measured before the server was steady: %s" % "; ".join(
+                _unsteady_text(r) for r in unsteady))
         if self.metrics_errors:
             info["warnings"].append("metrics_url could not be read: %s" % self.metrics_errors[0])
         return info

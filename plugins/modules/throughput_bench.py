@@ -12,8 +12,9 @@ version_added: 0.1.0
 description:
   - Runs a closed-loop load against an OpenAI-compatible server, one level per entry of
     O(concurrency), in order. A level has exactly that many workers, each on its own keep-alive
-    connection; each worker first sends O(warmup) requests (excluded), then all start together and
-    each sends its next streamed request as soon as the previous one finished.
+    connection; each worker first sends O(warmup) requests (excluded), then the level warms up to steady
+    state (O(warmup_tolerance)), then all start together and each sends its next streamed request as soon
+    as the previous one finished.
   - Every server-sent event is timestamped on arrival with a monotonic clock. Token counts come from
     the server's C(usage) (it asks C(stream_options.include_usage)); when a server sends none, the
     content events are counted instead and RV(results[].token_source) says so.
@@ -76,9 +77,31 @@ options:
     type: bool
     default: true
   warmup:
-    description: Requests each worker sends before each level, excluded from the figures.
+    description:
+      - Requests each worker sends before each level, excluded from the figures; the least warm-up a level gets.
+      - V(0) turns the warm-up off, the warm-up to steady state (O(warmup_tolerance)) included.
     type: int
     default: 1
+  warmup_tolerance:
+    description:
+      - After the O(warmup) requests, each level keeps warming up, at its own concurrency, in windows of 2
+        requests per worker (all workers together, excluded from the figures), until the output throughputs
+        (tokens/s, defined as a level's) of two successive windows differ by at most this share of the earlier
+        one, or O(warmup_max_s) has passed. A server that compiles, captures CUDA graphs or fills caches on its
+        first requests is thus measured once steady; RV(results[].steady) says whether it was.
+      - A relative difference, 0 or more; V(0.05) is 5 %.
+      - A window that completes no request ends the warm-up (not steady); the measured requests show why.
+    type: float
+    default: 0.05
+    version_added: 0.4.0
+  warmup_max_s:
+    description:
+      - Most seconds a level's warm-up may take, from its first warm-up request; no warm-up window starts after
+        that (one in flight runs to its end) and the level is measured anyway, with RV(results[].steady) false.
+      - A positive number of seconds.
+    type: float
+    default: 120
+    version_added: 0.4.0
   api_key:
     description: Sent as C(Authorization Bearer) to the API endpoints.
     type: str
@@ -348,6 +371,36 @@ results:
       description: The client's event-loop lag during the level.
       type: dict
       sample: {mean: 0.5, p50: 0.4, p90: 0.9, p99: 1.4, min: 0.1, max: 2.0, count: 1500}
+    warmup_s:
+      description:
+        - Seconds the level's warm-up took, from its first warm-up request to the end of its last warm-up window
+          (the connections included).
+      type: float
+      sample: 4.2
+      version_added: 0.4.0
+    steady:
+      description:
+        - Whether the level was measured at steady state, two successive warm-up windows agreeing within
+          O(warmup_tolerance). False when O(warmup_max_s) ran out first or a window completed no request
+          (RV(results[].warmup_end) says which); null when the warm-up was off (O(warmup=0)).
+      type: bool
+      sample: true
+      version_added: 0.4.0
+    warmup_end:
+      description:
+        - How the warm-up ended, V(steady), V(out_of_time) (O(warmup_max_s) ran out), V(nothing_completed) (a
+          window completed no request) or V(off) (O(warmup=0)).
+      type: str
+      sample: steady
+      version_added: 0.4.0
+    warmup_windows:
+      description:
+        - The output throughput (tokens/s) of each warm-up window, in order; null for a window that completed no
+          request.
+      type: list
+      elements: float
+      sample: [812.4, 1630.2, 1641.0]
+      version_added: 0.4.0
     labels:
       description: O(labels), as given, with C(repeat) (the 0-based repeat index) when O(repeats) is 2 or more.
       type: dict
@@ -377,6 +430,7 @@ client:
       sample: []
 """
 
+import math
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -388,9 +442,12 @@ IDENTIFY_TIMEOUT = 5.0   # seconds the engine identification may take in all, bo
 
 
 def _summary(result):
-    return "c=%d: %s/%s ok, %s tok/s output, %s tok/s decode per request (p50), ttft p50 %s ms" % (
+    text = "c=%d: %s/%s ok, %s tok/s output, %s tok/s decode per request (p50), ttft p50 %s ms" % (
         result["concurrency"], result["completed"], result["requests"], result["output_throughput"],
         result["decode_tps_per_request"]["p50"], result["ttft_ms"]["p50"])
+    if result.get("steady") is False:
+        text += ", NOT steady after %s s of warm-up" % result.get("warmup_s")
+    return text
 
 
 def main():
@@ -405,6 +462,8 @@ def main():
             output_tokens=dict(type="int", default=256, no_log=False),
             ignore_eos=dict(type="bool", default=True),
             warmup=dict(type="int", default=1),
+            warmup_tolerance=dict(type="float", default=0.05),
+            warmup_max_s=dict(type="float", default=120.0),
             api_key=dict(type="str", no_log=True),
             timeout=dict(type="float", default=600.0),
             slo=dict(type="dict", options=dict((key, dict(type="float")) for key, dummy in _metrics.SLO_TARGETS)),
@@ -431,6 +490,10 @@ def main():
             fail("%s must be %d or more, got %d" % (key, low, p[key]))
     if p["timeout"] <= 0:
         fail("timeout must be a positive number of seconds, got %s" % p["timeout"])
+    if not math.isfinite(p["warmup_tolerance"]) or p["warmup_tolerance"] < 0:
+        fail("warmup_tolerance must be a relative difference of 0 or more (0.05 is 5 %%), got %s" % p["warmup_tolerance"])
+    if not math.isfinite(p["warmup_max_s"]) or p["warmup_max_s"] <= 0:
+        fail("warmup_max_s must be a positive number of seconds, got %s" % p["warmup_max_s"])
     slo = dict((k, v) for k, v in (p["slo"] or {}).items() if v is not None)
     if _metrics.slo_problems(slo):
         fail("; ".join(_metrics.slo_problems(slo)))
@@ -466,7 +529,8 @@ def main():
                            repeat if p["repeats"] > 1 else None))
     bench = _bench.Bench(target, model, api=p["api"], input_tokens=p["input_tokens"],
                          output_tokens=p["output_tokens"], ignore_eos=p["ignore_eos"], api_key=p["api_key"],
-                         timeout=p["timeout"], slo=slo, labels=p["labels"], metrics_url=metrics_url, engine=engine)
+                         timeout=p["timeout"], slo=slo, labels=p["labels"], metrics_url=metrics_url, engine=engine,
+                         warmup_tolerance=p["warmup_tolerance"], warmup_max_s=p["warmup_max_s"])
     results, client = _bench.run(bench, levels)
     out = dict(changed=False, url=p["url"], model=model, api=p["api"], results=results, client=client, engine=engine,
                metrics_url=metrics_url, elapsed_s=round(time.monotonic() - began, 3))

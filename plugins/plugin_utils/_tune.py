@@ -16,6 +16,9 @@ DEFAULT_MAX_CANDIDATES = 16
 # the benchmark settings that make two measurements comparable (labels and the URL are not)
 _BENCH_KEYS = ("api", "concurrency", "requests_per_level", "input_tokens", "output_tokens", "ignore_eos", "slo",
                "warmup", "model")
+# the warm-up to steady state (0.4.0), with throughput_bench's defaults when unset: every digest since has them, so
+# a history measured before (whose digest lacks them) does not count as measured for a tune
+_WARMUP_KEYS = (("warmup_tolerance", 0.05), ("warmup_max_s", 120.0))
 
 
 class TuneError(ValueError):
@@ -59,9 +62,16 @@ def candidates(catalog, base, grid, max_candidates=DEFAULT_MAX_CANDIDATES):
 
 
 def bench_digest(bench):
-    """A short digest of the benchmark settings that make two measurements comparable."""
+    """A short digest of the benchmark settings that make two measurements comparable: _BENCH_KEYS as given, and
+    the warm-up to steady state (_WARMUP_KEYS) as numbers, throughput_bench's defaults when unset."""
     bench = bench or {}
     settings = dict((key, bench.get(key)) for key in _BENCH_KEYS)
+    for key, default in _WARMUP_KEYS:
+        value = bench.get(key)
+        try:
+            settings[key] = float(default if value is None or value == "" else value)  # 120, 120.0 and "120" alike
+        except (TypeError, ValueError):
+            settings[key] = value  # not a number: throughput_bench refuses it; the digest still differs
     return "bench:" + hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
@@ -122,9 +132,11 @@ def tuned_entry(base, verdict, catalog):
     objective = verdict.get("objective") or {}
     cell = (((verdict.get("summaries") or {}).get(winner) or {}).get(objective.get("concurrency")) or {}).get(
         objective.get("metric")) or {}
-    lines = ["# tuned from %s on %s: %s %s at c=%s, median of %s [%s, %s]" % (
+    interval = ("[%s, %s]" % (cell.get("ci_low"), cell.get("ci_high")) if cell.get("ci_low") is not None
+                else "(no interval)")
+    lines = ["# tuned from %s on %s: %s %s at c=%s, %s of %s %s" % (
         base, verdict.get("host"), objective.get("metric"), cell.get("median"), objective.get("concurrency"),
-        cell.get("n"), cell.get("ci_low"), cell.get("ci_high"))]
+        cell.get("estimate") or "median", cell.get("n"), interval)]
     lines += ["# " + line for line in verdict.get("lines") or []]
     name = "tuned-%s" % base
     lines.append("%s:" % name)

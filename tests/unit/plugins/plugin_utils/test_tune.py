@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -43,6 +44,33 @@ def test_the_digest_ignores_labels_and_url_but_not_the_load():
     assert _tune.bench_digest(bench) != _tune.bench_digest(dict(bench, output_tokens=512))
 
 
+def _digest_before_0_4_0(bench):
+    """bench_digest as it was before the warm-up to steady state: its keys only."""
+    keys = ("api", "concurrency", "requests_per_level", "input_tokens", "output_tokens", "ignore_eos", "slo", "warmup", "model")
+    settings = dict((key, bench.get(key)) for key in keys)
+    return "bench:" + hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def test_the_digest_counts_the_warm_up_to_steady_state_so_older_history_is_not_measured():
+    bench = {"concurrency": [1, 32], "output_tokens": 256, "warmup": 1}
+    digest = _tune.bench_digest(bench)
+    # unset is throughput_bench's defaults, however written
+    assert digest == _tune.bench_digest(dict(bench, warmup_tolerance=0.05, warmup_max_s=120))
+    assert digest == _tune.bench_digest(dict(bench, warmup_tolerance="0.05", warmup_max_s=120.0))
+    assert digest == _tune.bench_digest(dict(bench, warmup_tolerance=None, warmup_max_s=""))
+    assert digest != _tune.bench_digest(dict(bench, warmup_tolerance=0.02))
+    assert digest != _tune.bench_digest(dict(bench, warmup_max_s=600))
+    assert _tune.bench_digest(dict(bench, warmup_max_s="soon")) != digest  # refused by the module; never equal
+    # a history labelled with the digest of before does not count as measured now
+    old = _digest_before_0_4_0(bench)
+    assert old != digest
+    history = [record(1, repeat, 8, 100.0, digest=old) for repeat in (0, 1)]
+    assert _tune.measured(history, "h", "sha256:a", old, 2)  # as it was
+    assert _tune.measured(history, "h", "sha256:a", digest, 2) == []
+    plan = _tune.plan_candidate(history, {}, "h", "sha256:a", digest, 2)
+    assert plan["measure"] is True and plan["result"] is None
+
+
 def record(run, repeat, concurrency, value, fingerprint="sha256:a", host="h", digest="bench:1"):
     return {"time": "2026-12-04T10:%02d:00Z" % run, "run": "r%d" % run, "host": host, "fingerprint": fingerprint,
             "concurrency": concurrency, "repeat": repeat, "output_throughput": value, "tpot_ms": 5.0,
@@ -61,7 +89,8 @@ def test_the_history_gives_the_newest_repeats_of_the_same_configuration_and_load
     assert [[lvl["output_throughput"] for lvl in repeat] for repeat in got] == [[11.0, 81.0], [12.0, 90.0]]
     assert _tune.measured(history, "h", "sha256:a", "bench:1", 4) == []
     summary = _compare.summarize(got)  # history records read as levels: a p50 kept as a plain number
-    assert summary[8]["output_throughput"]["median"] == pytest.approx(85.5) and summary[8]["tpot_ms"]["median"] == 5.0
+    # the geometric mean of 81 and 90 (compare reads a variant on the log scale)
+    assert summary[8]["output_throughput"]["median"] == pytest.approx((81.0 * 90.0) ** 0.5) and summary[8]["tpot_ms"]["median"] == 5.0
 
 
 def test_the_winner_becomes_a_catalog_entry_with_its_figures():
