@@ -106,7 +106,7 @@ class Context(object):
                        "url": url_of(params["host"], params["port"]), "pid": None, "ready_s": None,
                        "engine_version": None, "supervisor": self.kind, "log": self.sup.log_path,
                        "state_file": self.sup.store.path, "healthy": None, "loading": False, "reason": None,
-                       "outcome": None, "served_model": None,
+                       "outcome": None, "served_model": None, "resolved": None,
                        "switch_timeout_s": 2 * params["ready_timeout"] + 2 * params["stop_timeout"] + 300.0}
 
     def load(self, recover=False):
@@ -225,7 +225,7 @@ def _outcome(ctx, data, starter, diff):
     if outcome == _switch.READY:
         record = ctx.sup.store.load() or {}
         result.update(pid=record.get("pid"), ready_s=record.get("ready_s"), started_at=record.get("started_at"),
-                      healthy=True, loading=False, outcome=_switch.READY)
+                      resolved=record.get("resolved"), healthy=True, loading=False, outcome=_switch.READY)
         if not result.get("argv"):  # a join: what serves, as the state file records it
             result.update(argv=record.get("argv"), fingerprint=record.get("fingerprint"),
                           variant=record.get("variant"), engine_version=record.get("engine_version"),
@@ -303,7 +303,8 @@ def _keep(ctx, record, launch, healthy, diff):
     """A running server of this configuration stays; a different variant label is recorded, no restart."""
     params, result = ctx.params, ctx.result
     result.update(pid=record.get("pid"), ready_s=record.get("ready_s"), started_at=record.get("started_at"),
-                  healthy=healthy, outcome=_switch.UNCHANGED, reason=SERVING if healthy else RUNS)
+                  resolved=record.get("resolved"), healthy=healthy, outcome=_switch.UNCHANGED,
+                  reason=SERVING if healthy else RUNS)
     if record.get("variant") == params.get("variant") or not params.get("variant"):
         return False, result, diff
     result.update(outcome=_switch.RELABELLED, reason=RELABEL)

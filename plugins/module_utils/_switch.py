@@ -22,7 +22,7 @@ import traceback
 import uuid
 
 from ansible_collections.inferops.serving.plugins.module_utils import (
-    _engines, _fingerprint, _idle_check, _procs, _supervisor, _watchdog)
+    _engines, _fingerprint, _idle_check, _procs, _resolved, _supervisor, _watchdog)
 
 # The one word every outcome of the module is, and the phrase each failure ends with.
 READY, UNCHANGED, RELABELLED, LOADING, STOPPED = "ready", "unchanged", "relabelled", "loading", "stopped"
@@ -289,12 +289,21 @@ class Switch(object):
         stored["previous"] = self.previous_params
         self.launches.save(stored)
 
-    def _ready(self, record, params, ready_s):
+    def _ready(self, record, params, ready_s, launch):
         record.pop("loading", None)
         record.pop("previous", None)
         record["ready_s"] = ready_s
+        record["resolved"] = self._resolved(record, params, launch)
         self.sup.store.save(record)
         self.launches.save({"current": stored_params(params)})
+
+    def _resolved(self, record, params, launch):
+        """What the ready engine resolved (_resolved.read), null when nothing is read for it; a read that fails
+        is recorded as its error and never fails the switch."""
+        try:
+            return _resolved.read(params, launch, record, self.sup.log_path, self.sup.run, host=probe_host(params["host"]))
+        except Exception as exc:  # pylint: disable=broad-except
+            return {"engine": params.get("engine"), "source": None, "error": "%s: %s" % (type(exc).__name__, exc)}
 
     def _stop_failed(self, record):
         tail = _supervisor.tail(self.sup.log_path, 40, record.get("log_offset", 0)) if record else []
@@ -317,7 +326,7 @@ class Switch(object):
         except BaseException:
             self._stop_failed(record)
             raise
-        self._ready(record, params, ready_s)
+        self._ready(record, params, ready_s, launch)
         return record
 
     def run(self):
@@ -353,7 +362,7 @@ class Switch(object):
                 elapsed = max(0.0, time.time() - record.get("started_at", time.time()))
             self.phase("waiting")
             ready_s = wait_ready(self.sup, record, self.launch, params, elapsed=elapsed)
-            self._ready(record, params, ready_s)
+            self._ready(record, params, ready_s, self.launch)
             self.finish(READY, "%s serves %s: ready in %ss" % (params["name"], params.get("variant") or "it", ready_s),
                         ready_s=ready_s, server_pid=record["pid"])
         except BaseException as exc:  # SystemExit too: whatever happens, the host ends in a known state

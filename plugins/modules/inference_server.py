@@ -237,11 +237,32 @@ options:
         variant's launcher and environment, and refuse a flag it does not list, naming the flag, the engine
         version and the nearest accepted spellings; for SGLang and vLLM (argparse) a unique prefix is taken
         and a prefix of several flags is refused as ambiguous, as their parsers do.
-      - The list is cached per launcher and version in C(STATE_DIR/engine-flags/). A help that fails or
-        lists almost nothing is reported in RV(flag_check) and checks nothing.
+      - Values are checked too, where the help limits them. A value outside the choices the help lists for
+        its flag (C(--quantization {awq,fp8,...}), C(--reasoning [on|off|auto])) is refused, naming the flag,
+        the value and the choices (C(--quantization modelopt_fp5 is not among the choices its --help lists)),
+        as is a value that is not a number where a click help states C(INTEGER) or C(FLOAT). A value the
+        parser may take is never refused, so what the help cannot tell passes (a metavar such as
+        C(TP_SIZE) or vLLM's C(['auto', 'hf']), a different case where vLLM lowers it, JSON, a bare
+        boolean flag).
+      - The flags and value choices are cached per launcher and version in C(STATE_DIR/engine-flags/). A help
+        that fails or lists almost nothing is reported in RV(flag_check) and checks nothing.
       - Set V(false) for an engine build whose help is incomplete. O(engine=command) is never checked.
     type: bool
     default: true
+  resolved_from:
+    description:
+      - How RV(resolved), the settings the engine really resolved, is read once the server is ready.
+      - V(auto) reads them the engine's own way, SGLang's C(GET /server_info) (falling back to
+        C(/get_server_info)), vLLM's C(non-default args) log line with the labels of its C(vllm:cache_config_info)
+        gauge on C(/metrics), the defaults in C(transformers serve --help) with the argv over them. For
+        O(engine=command) it asks C(GET /server_info) once and keeps the answer only when it is a JSON object (an
+        SGLang behind a wrapper); nothing is read for V(trtllm).
+      - V(sglang), V(vllm) or V(transformers) reads that engine's way whatever O(engine) is, for a command that
+        runs one of them. V(none) reads nothing.
+      - A read that fails never fails the call; RV(resolved.error) says why.
+    type: str
+    choices: [auto, sglang, vllm, transformers, none]
+    default: auto
   switch_id:
     description:
       - The RV(switch.id) an earlier call returned with RV(loading=true). The call only waits for that switch
@@ -354,6 +375,48 @@ ready_s:
   returned: always
   type: float
   sample: 14.8
+resolved:
+  description:
+    - The settings the engine really resolved, read when the server became ready (as O(resolved_from) says) and
+      kept in the state file, so a call that keeps the server returns them too. Null when nothing was read (the
+      server is not ready, V(trtllm), a command without C(/server_info), O(resolved_from=none)).
+    - Every value of a field named as a credential (C(api_key), C(admin_api_key), C(hf_token),
+      C(ssl_keyfile_password)), at any depth, every O(api_key) or secret O(env) value inside a text, and the
+      value after a credential flag in a command line are C(********). An unset one stays null, and a boolean or a
+      number (C(allow_credentials=true)) is a setting, not a credential.
+    - Bounded in size, scheduler state (C(internal_states)) is left out and a value over 4096 characters of
+      JSON is replaced by a note in C(dropped).
+  returned: always
+  type: dict
+  contains:
+    engine:
+      description: Whose names the settings are in, V(sglang), V(vllm) or V(transformers).
+      type: str
+    source:
+      description: Where they were read (C(GET /server_info)).
+      type: str
+    settings:
+      description: Setting name to the value the engine reports.
+      type: dict
+    digest:
+      description:
+        - sha256 of the settings as canonical JSON, first 12 hex digits, without the fields that change with
+          every launch (C(random_seed), C(port), C(launch_command), ...). Benchmarks carry it as the label
+          C(resolved).
+      type: str
+      sample: 3f2a9c1e5b7d
+    given:
+      description: The names the engine says were asked for (vLLM's non-default args, the flags of the argv of C(transformers serve)).
+      type: list
+      elements: str
+    dropped:
+      description: The fields left out and why (their size).
+      type: dict
+    error:
+      description: Why the settings (or a part of them) could not be read.
+      type: str
+  sample: {engine: sglang, source: GET /server_info, digest: 3f2a9c1e5b7d,
+           settings: {tp_size: 8, attention_backend: trtllm_mha, api_key: "********", chunked_prefill_size: 16384}}
 engine_version:
   description: The engine's version where it could be read, else null.
   returned: always
@@ -459,10 +522,12 @@ restored:
   returned: when RV(outcome=rolled_back)
   type: dict
 flag_check:
-  description: How the engine's flags were checked (C(checked), C(argv), C(flags) counted) or why they were not (C(why)).
+  description:
+    - How the engine's flags were checked (C(checked), C(argv), C(flags) counted, C(values) the flags whose
+      value the help limits) or why they were not (C(why)).
   returned: when a switch was considered and the engine can be asked
   type: dict
-  sample: {checked: true, argv: [/opt/venv/bin/transformers, serve, --help], flags: 38}
+  sample: {checked: true, argv: [/opt/venv/bin/transformers, serve, --help], flags: 38, values: 9}
 lock_holder:
   description: Who held the instance's lock when this call gave up waiting (C(pid), C(what), C(since)).
   returned: when the lock stayed taken for O(lock_timeout)
@@ -615,6 +680,7 @@ def main():
             gpu_check=dict(type="dict", options=_idle_check.ARGUMENT_SPEC),
             flag_check=dict(type="bool", default=True),
             switch_id=dict(type="str"),
+            resolved_from=dict(type="str", default="auto", choices=["auto", "sglang", "vllm", "transformers", "none"]),
             **_instance_args.INSTANCE_SPEC
         ),
         required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],

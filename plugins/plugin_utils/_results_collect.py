@@ -116,13 +116,15 @@ class RunCollector(object):
                                 "%s (gpu_check)" % task, status)
             if status == "ok" and result.get("pid") is None:
                 return None  # a stop, or a plan that would start: no server to record
-            server = _pick(result, ("argv", "pid", "url", "fingerprint", "variant", "ready_s", "msg", "log_tail"))
+            server = _pick(result, ("argv", "pid", "url", "fingerprint", "variant", "ready_s", "resolved", "msg",
+                                    "log_tail"))
             server.update(task=task, status=status)
             last = entry["servers"][-1] if entry["servers"] else {}
             if server.get("pid") is not None and (last.get("pid"), last.get("fingerprint"), last.get("status")) == (
                     server.get("pid"), server.get("fingerprint"), status):
                 # the same engine again: a start's first call (loading) then its wait, or a later no-op call
-                server["ready_s"] = last.get("ready_s") if last.get("ready_s") is not None else server.get("ready_s")
+                for key in ("ready_s", "resolved"):  # what the first call knew, when the later one has none
+                    server[key] = last.get(key) if last.get(key) is not None else server.get(key)
                 entry["servers"][-1] = dict(last, **server)
             else:
                 entry["servers"].append(server)

@@ -24,6 +24,14 @@ of --spec-tokens tokens, k - 1 of them accepted, so the acceptance length is exa
 (?reset=1 clears it; ?trace=1 adds every stream's arrival, admission and first and last writes on
 the system monotonic clock), so a benchmark can tell server drift from client error.
 
+--drift-epoch T --drift-per-s R make the host drift, as thermals or another tenant would: a request
+arriving t seconds after the wall-clock time T steps step * (1 + R t), in every stand-in given the same T.
+
+--cold-requests K --cold-factor F make a server that starts slow and gets faster, as a real engine that
+compiles, captures CUDA graphs and fills caches on its first requests: the i-th streamed request (1-based)
+steps step * (1 + (F - 1) * (K - i + 1) / K) for i <= K (F times slower at first, decaying linearly), then
+step. Off by default (K = 0).
+
 Requests are parsed in the connection's data_received and chunks written from timer callbacks, no
 coroutine per request: admitting 128 requests at once takes a few milliseconds, not tens.
 """
@@ -120,8 +128,10 @@ class Server(object):
             # SGLang srt/entrypoints/http_server.py get_server_info: its ServerArgs as a dict (and scheduler state);
             # a few of its fields here. sglang-router 0.3.2 takes a worker's model id from served_model_name, else
             # model_path (smg src/core/steps/worker/local/discover_metadata.rs, create_worker.rs)
-            return conn.respond(200, {"model_path": cfg.models[0], "served_model_name": cfg.models[0], "tp_size": 1,
-                                      "dp_size": 1, "port": cfg.port, "host": cfg.host})
+            # --server-info FILE: a real ServerArgs dict (tests/support/resolved/) under these fields
+            return conn.respond(200, dict(getattr(cfg, "server_info", None) or {}, **{
+                "model_path": cfg.models[0], "served_model_name": cfg.models[0], "tp_size": 1, "dp_size": 1,
+                "port": cfg.port, "host": cfg.host}))
         if path == "/get_model_info" and cfg.engine == "sglang":  # sglang srt/entrypoints/http_server.py
             return conn.respond(200, {"model_path": cfg.models[0], "is_generation": True})
         if path == "/version" and cfg.engine == "vllm":  # vllm entrypoints/serve/instrumentator/basic.py
@@ -308,6 +318,11 @@ class Server(object):
                          "length" if n == req.get("max_tokens") else "stop", keep=chunked,
                          late=include_usage and cfg.usage == "late", trace=[t_arrival, None, None, None, n, chunks, prompt.split(" ", 1)[0][:32]])
         stream.native = native
+        if cfg.cold_requests > 0 and self.counter <= cfg.cold_requests:
+            stream.step = cfg.step * (1.0 + (cfg.cold_factor - 1.0) * (cfg.cold_requests - self.counter + 1)
+                                      / float(cfg.cold_requests))
+        if cfg.drift_per_s:  # --drift-per-s: the whole host slows down as time goes by (every stand-in alike)
+            stream.step *= 1.0 + cfg.drift_per_s * max(0.0, time.time() - cfg.drift_epoch)
         if cfg.batch_cap > 0 and self.active >= cfg.batch_cap:
             self.waiting.append(stream)
         else:
@@ -344,6 +359,7 @@ class _Stream(object):
         self.engine_index = server.counter  # the engine series (vLLM data parallel) that serves this request
         self.native = False  # SGLang's /generate: every frame differs (the text and counts so far)
         self.t0 = None
+        self.step = server.cfg.step  # this stream's step (--cold-requests: slower for the first requests)
 
     def start(self, t0=None):
         """Decode from t0 (the arrival; a queued stream starts when it gets its slot)."""
@@ -362,7 +378,7 @@ class _Stream(object):
     def tick(self):
         server, cfg, conn = self.server, self.server.cfg, self.conn
         i, sent = self.i, self.sent
-        deadline = self.t0 + cfg.ttft + i * cfg.step
+        deadline = self.t0 + cfg.ttft + i * self.step
         now = server.loop.time()
         server.stats.late.append(now - deadline if now > deadline else 0.0)
         if conn.closed:
@@ -406,7 +422,7 @@ class _Stream(object):
                 series["per_pos"][pos] += 1
         self.i, self.sent = i + 1, sent + m
         if not last:
-            server.loop.call_at(self.t0 + cfg.ttft + (i + 1) * cfg.step, self.tick)
+            server.loop.call_at(self.t0 + cfg.ttft + (i + 1) * self.step, self.tick)
             return
         server.stats.trace.append(self.trace)
         if cfg.engine == "sglang":
@@ -528,17 +544,32 @@ def parse_args(argv=None):
     ap.add_argument("--engine", choices=["openai", "sglang", "vllm"], default="openai",
                     help="answer as that engine: how it identifies, its /metrics, SGLang's sglext chunk")
     ap.add_argument("--engines", type=int, default=1, help="vLLM engine series on /metrics (data parallel)")
+    ap.add_argument("--server-info", type=lambda path: json.load(open(path)), default=None, metavar="FILE",
+                    help="--engine sglang: /server_info also answers this JSON file's fields (theirs give way to the stand-in's)")
     ap.add_argument("--no-sglext", dest="sglext", action="store_false",
                     help="SGLang without the sglext chunk (a request schema without return_spec_tokens_details, "
                          "or a gateway that passes only OpenAI fields): its /metrics counters remain")
-    args = ap.parse_args(argv)
+    ap.add_argument("--cold-requests", type=int, default=0,
+                    help="the first K streamed requests decode slower, the step decaying linearly to --step-ms (0: off)")
+    ap.add_argument("--cold-factor", type=float, default=1.0, help="how much slower the first streamed request steps")
+    ap.add_argument("--drift-epoch", type=float, default=0.0, help="wall-clock time (time.time()) the drift starts at")
+    ap.add_argument("--drift-per-s", type=float, default=0.0,
+                    help="a drift of the host: a request's step is step * (1 + R * seconds since --drift-epoch) (0: off)")
+    ap.add_argument("--ignore-unknown-flags", action="store_true",
+                    help="take the flags an engine's variant adds (its engine_args) and ignore them, as a real engine "
+                         "would take them")
+    args, unknown = ap.parse_known_args(argv)
+    if unknown and not args.ignore_unknown_flags:
+        ap.error("unrecognized arguments: %s" % " ".join(unknown))
     return Config(host=args.host, port=args.port, ttft=args.ttft_ms / 1000.0, step=args.step_ms / 1000.0,
                   k=max(1, args.k), batch_cap=args.batch_cap, models=args.models or ["stand-in"],
                   api_key=args.api_key, role_chunk=args.role_chunk, usage=args.usage,
                   late_usage=args.late_usage_ms / 1000.0, done=args.done, utf8=args.utf8,
                   transfer=args.transfer, drop_every=args.drop_every, eos_at=args.eos_at,
                   metrics=args.metrics, spec_tokens=args.spec_tokens,
-                  engine=args.engine, engines=args.engines, sglext=args.sglext)
+                  engine=args.engine, engines=args.engines, sglext=args.sglext, server_info=args.server_info,
+                  cold_requests=max(0, args.cold_requests), cold_factor=max(1.0, args.cold_factor),
+                  drift_epoch=args.drift_epoch, drift_per_s=max(0.0, args.drift_per_s))
 
 
 class StampingSelector(selectors.DefaultSelector):
