@@ -308,7 +308,6 @@ def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check
                 keep_healthy=min_available if len(declared) > 1 else 0)
 
 
-
 # ---- which instances a run takes through the switch ------------------------------------------
 
 SWITCH, RELABEL, KEEP = "switch", "relabel", "keep"
@@ -373,6 +372,7 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None):
             "rest": [name for name in switching if name not in first], "switches": bool(changing),
             "pick": pick, "pick_entry": entries.get(pick), "result": chosen.get("result") or {},
             "bench": _flag(chosen.get("bench"))}
+
 
 # ---- does a variant fit an instance -----------------------------------------------------------
 
