@@ -25,7 +25,7 @@ description:
     C(failed_variants) (the rows of every host) and C(compare) (per host the reference, winner,
     objective, the variants an SLO disqualified and the verdict lines), the report a Comparison
     section, and a chart C(<timestamp>-<playbook>-compare.png) of each variant's output throughput
-    against concurrency and TPOT p50 against output throughput, medians over the repeats with their
+    against concurrency and TPOT p50 against output throughput, geometric means over the repeats with their
     95% intervals.
   - Prints a compact summary table and one line beginning C(REGRESSION:) for every drop of output
     throughput or rise of TPOT p50 beyond O(regression_threshold) against the previous run of the

@@ -12,11 +12,20 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.inferops.serving.plugins.plugin_utils import _compare
 
 
-def compare_variants(results, host, order, objective_metric=None, slo_attainment=None):
+def compare_variants(results, host, order, objective_metric=None, slo_attainment=None, compare_order=None):
     try:
-        return _compare.compare(host, results, order, objective_metric, slo_attainment=slo_attainment)
+        return _compare.compare(host, results, order, objective_metric, slo_attainment=slo_attainment,
+                                compare_order=compare_order)
     except _compare.CompareError as exc:
         raise AnsibleFilterError("compare_variants: %s" % exc)
+
+
+def compare_schedule(variants, repeats, order="blocked"):
+    try:
+        return _compare.schedule(list(variants), int(repeats) if isinstance(repeats, str) and repeats.isdigit()
+                                 else repeats, order)
+    except _compare.CompareError as exc:
+        raise AnsibleFilterError("compare_schedule: %s" % exc)
 
 
 def compare_keep(verdict, keep, order, before=None):
@@ -29,4 +38,5 @@ def slo_problems(slo, attainment):
 
 class FilterModule(object):
     def filters(self):
-        return {"compare_variants": compare_variants, "compare_keep": compare_keep, "slo_problems": slo_problems}
+        return {"compare_variants": compare_variants, "compare_keep": compare_keep, "slo_problems": slo_problems,
+                "compare_schedule": compare_schedule}

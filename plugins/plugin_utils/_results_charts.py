@@ -71,7 +71,8 @@ def _conc_value(conc):
 
 
 def _interval_cell(cells, key):
-    """(median, ci_low, ci_high) of a summary cell, the interval collapsed onto the median where missing."""
+    """(figure, ci_low, ci_high) of a summary cell (its median key: the geometric mean over the repeats), the
+    interval collapsed onto the figure where missing."""
     cell = cells.get(key) if isinstance(cells, dict) else None
     if not isinstance(cell, dict):
         return None
@@ -116,8 +117,9 @@ def _errors(cells):
 
 def render_compare_chart(path, verdicts):
     """Write a PNG of a comparison: output throughput against concurrency with its interval, and TPOT
-    p50 against output throughput (the trade-off), one line per variant (median over the repeats, bars
-    the 95 % bootstrap intervals). Returns None when written, else the reason it was skipped.
+    p50 against output throughput (the trade-off), one line per variant (the geometric mean over the repeats,
+    bars its 95 % t-interval, as compare_variants gives them). Returns None when written, else the reason it
+    was skipped.
     """
     series = compare_series(verdicts)
     if not any(p["output_throughput"] for _label, points in series for p in points):
@@ -152,7 +154,7 @@ def render_compare_chart(path, verdicts):
         left.set_xticks(concs)
         left.set_xticklabels([str(c) for c in concs])
         for axis, title, xlabel, ylabel in (
-                (left, "Output throughput (median, 95 % interval)", "concurrency", "output tok/s (aggregate)"),
+                (left, "Output throughput (geometric mean, 95 % interval)", "concurrency", "output tok/s (aggregate)"),
                 (right, "TPOT against output throughput", "output tok/s (aggregate)", "TPOT p50 ms")):
             axis.set_xlabel(xlabel)
             axis.set_ylabel(ylabel)

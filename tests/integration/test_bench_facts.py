@@ -310,7 +310,7 @@ def test_a_published_comparison_goes_into_the_run_file_report_and_chart(run_play
     verdict = doc["compare"]["localhost"]
     assert verdict["reference"] == "baseline" and verdict["winner"] == "nextn"
     assert verdict["objective"] == {"metric": "output_throughput", "concurrency": 4}
-    assert verdict["lines"][0].startswith("compare localhost: nextn vs baseline at c=4: output \u00d71.96 [")
+    assert verdict["lines"][0].startswith("compare localhost: nextn vs baseline at c=4: output \u00d71.97 [")
     assert verdict["lines"][0].endswith(" significant")
     assert [(f["host"], f["variant"], f["reason"]) for f in doc["failed_variants"]] == [
         ("localhost", "broken", "engine exited 1 before ready")]

@@ -23,7 +23,7 @@ def test_the_filter_is_registered_and_compares():
     assert out["reference"] == "baseline" and out["winner"] == "nextn"
     assert out["objective"] == {"metric": "goodput", "concurrency": 4}  # the shapes carry a goodput
     assert out["lines"][-2:] == ["compare h1: broken failed: engine exited with code 1",
-                                 "compare h1: winner nextn (goodput %.2f req/s at c=4, median of 1)"
+                                 "compare h1: winner nextn (goodput %.2f req/s at c=4, mean of 1)"
                                  % out["summaries"]["nextn"][4]["goodput"]["median"]]
 
 
@@ -38,3 +38,19 @@ def test_the_filter_is_registered_and_compares():
 def test_bad_input_raises_a_filter_error(results, order, objective, why):
     with pytest.raises(AnsibleFilterError, match=why):
         compare_filter.compare_variants(results, "h1", order, objective)
+
+
+def test_compare_schedule_takes_repeats_as_ansible_hands_them_and_refuses_a_bad_order():
+    func = compare_filter.FilterModule().filters()["compare_schedule"]
+    assert [s["variant"] for s in func(["a", "b"], "2", "interleaved")] == ["a", "b", "b", "a"]
+    assert func(("a",), 3) == [{"variant": "a", "repeats": 3, "round": 0}]
+    with pytest.raises(AnsibleFilterError, match="compare_schedule: compare_order must be one of blocked, interleaved"):
+        func(["a"], 2, "random")
+    with pytest.raises(AnsibleFilterError, match="compare_schedule: repeats must be a whole number"):
+        func(["a"], "x")
+
+
+def test_compare_variants_refuses_an_unknown_order():
+    with pytest.raises(AnsibleFilterError, match="compare_variants: compare_order must be one of"):
+        compare_filter.compare_variants({"a": {"repeats": [bench_result((1,), step_ms=5.0)]}}, "h1", ["a"],
+                                        compare_order="x")

@@ -1,12 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests of the variant comparison: medians over repeats, bootstrap intervals, ratios, winner, lines."""
+"""Unit tests of the variant comparison: Student's t, geometric means and their t-intervals, ratios (Welch on
+the logs, Fieller for goodput and SLO attainment), winner, lines. Expected figures are computed here from their
+definitions (statistics, printed t tables), not read back from the module; test_compare_coverage.py measures
+that the intervals keep their promise."""
 
 from __future__ import annotations
 
 import copy
+import math
 import random
+import statistics
 
 import pytest
 
@@ -63,31 +68,130 @@ def test_metrics_read_the_module_shapes_and_skip_what_is_null():
     assert [row[5] for row in cmp.METRICS] == ["higher", "lower", "lower", "higher", "higher", "higher", "higher"]
 
 
+# ---- Student's t ------------------------------------------------------------------------------
+
+# t(0.975, df) from printed tables (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2), and the normal limit
+T_TABLE = [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706), (9, 2.2622), (10, 2.2281), (20, 2.0860),
+           (30, 2.0423), (100, 1.9840), (1e6, 1.95996), (1e12, 1.95996)]
+
+
+@pytest.mark.parametrize("df, expected", T_TABLE)
+def test_t_quantile_matches_the_printed_tables(df, expected):
+    assert cmp.t_quantile(0.975, df) == pytest.approx(expected, abs=6e-5)
+    assert cmp.t_quantile(0.025, df) == pytest.approx(-expected, abs=6e-5)  # symmetric
+
+
+@pytest.mark.parametrize("p, df, expected", [
+    (0.995, 1, 63.6567), (0.995, 3, 5.8409), (0.995, 10, 3.1693), (0.95, 2, 2.9200), (0.95, 7, 1.8946), (0.9, 1, 3.0777),
+    (0.9, 15, 1.3406)])
+def test_t_quantile_at_other_levels(p, df, expected):
+    assert cmp.t_quantile(p, df) == pytest.approx(expected, abs=6e-5)
+    assert cmp.t_quantile(0.5, df) == 0.0
+
+
+def test_t_cdf_matches_the_closed_forms_of_one_and_two_degrees_of_freedom():
+    for t in (-30.0, -2.0, -0.3, 0.0, 0.7, 4.3027, 12.7062, 100.0):
+        assert cmp.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-13)  # Cauchy
+        assert cmp.t_cdf(t, 2) == pytest.approx(0.5 + t / (2.0 * math.sqrt(2.0 + t * t)), abs=1e-13)
+    assert cmp.t_cdf(1.959963984540054, 1e12) == pytest.approx(0.975, abs=1e-12)
+
+
+def test_non_integer_degrees_of_freedom_fall_between_their_neighbours_and_invert_the_cdf():
+    """Welch's df is rarely whole: 1.3 lies between 1 and 2 (where Hill's approximation alone is 3 % off)."""
+    grid = [1.0 + 0.05 * i for i in range(0, 181)]  # 1 to 10
+    quantiles = [cmp.t_quantile(0.975, df) for df in grid]
+    assert all(a > b for a, b in zip(quantiles, quantiles[1:]))  # falls as df grows
+    assert cmp.t_quantile(0.975, 1) > cmp.t_quantile(0.975, 1.3) > cmp.t_quantile(0.975, 2)
+    assert cmp.t_quantile(0.975, 2) > cmp.t_quantile(0.975, 2.5) > cmp.t_quantile(0.975, 3)
+    for df in (1.0, 1.3, 1.77, 2.5, 3.85, 7.2, 18.6, 250.5):
+        for p in (0.6, 0.9, 0.975, 0.999):
+            assert cmp.t_cdf(cmp.t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)
+    assert cmp.t_quantile(0.975, 1.3) == pytest.approx(7.50053, abs=5e-5)
+
+
+@pytest.mark.parametrize("p, df", [(0.0, 3), (1.0, 3), (1.5, 3), (0.975, 0), (0.975, -1.0)])
+def test_t_quantile_refuses_what_has_no_quantile(p, df):
+    with pytest.raises(ValueError):
+        cmp.t_quantile(p, df)
+
+
 # ---- summaries and intervals ------------------------------------------------------------------
 
-def test_summary_is_the_median_over_repeats_with_an_interval_around_it():
-    reps = [[lvl(1, v), lvl(4, 4 * v)] for v in (98.0, 103.0, 100.0, 99.0, 101.0)]
+T4 = 2.7764451051977987  # t(0.975, 4)
+
+
+def test_summary_is_the_geometric_mean_over_repeats_with_a_t_interval_on_the_logs():
+    values = [98.0, 103.0, 100.0, 99.0, 101.0]
+    reps = [[lvl(1, v), lvl(4, 4 * v)] for v in values]
     summary = cmp.summarize(reps)
     assert list(summary) == [1, 4]
     cell = summary[1]["output_throughput"]
-    assert cell["median"] == 100.0 and cell["n"] == 5 and cell["values"] == [98.0, 103.0, 100.0, 99.0, 101.0]
-    assert 98.0 <= cell["ci_low"] <= 100.0 <= cell["ci_high"] <= 103.0
-    assert summary[4]["output_throughput"]["median"] == 400.0
+    logs = [math.log(v) for v in values]
+    half = T4 * statistics.stdev(logs) / math.sqrt(5)
+    assert cell["median"] == pytest.approx(statistics.geometric_mean(values), rel=1e-12)
+    assert cell["ci_low"] == pytest.approx(math.exp(statistics.fmean(logs) - half), rel=1e-12)
+    assert cell["ci_high"] == pytest.approx(math.exp(statistics.fmean(logs) + half), rel=1e-12)
+    assert cell["ci_low"] < cell["median"] < cell["ci_high"]
+    assert cell["n"] == 5 and cell["values"] == values and cell["estimate"] == "geometric mean"
+    assert summary[4]["output_throughput"]["median"] == pytest.approx(4 * statistics.geometric_mean(values), rel=1e-12)
     assert "goodput" not in summary[1] and "acceptance_length" not in summary[1]
+    # the interval is multiplicative: farther above the figure than below it
+    assert cell["ci_high"] / cell["median"] == pytest.approx(cell["median"] / cell["ci_low"], rel=1e-12)
 
 
-def test_one_repeat_gives_a_degenerate_interval():
+def test_goodput_and_attainment_are_read_as_means_that_allow_zero():
+    reps = [[lvl(8, 800.0, goodput=g, attainment=a)] for g, a in ((0.0, 0.97), (2.0, 1.0), (1.0, 0.99))]
+    cell = cmp.summarize(reps)[8]
+    half = T_TABLE[1][1] * statistics.stdev([0.0, 2.0, 1.0]) / math.sqrt(3)  # t(0.975, 2)
+    assert cell["goodput"]["median"] == pytest.approx(1.0) and cell["goodput"]["estimate"] == "mean"
+    assert cell["goodput"]["ci_high"] == pytest.approx(1.0 + half, abs=1e-3)
+    assert cell["goodput"]["ci_low"] == 0.0  # 1 - 2.48 cut at 0: a goodput is never negative
+    share = cell["slo_attainment"]
+    assert share["median"] == pytest.approx(statistics.fmean([0.97, 1.0, 0.99])) and share["estimate"] == "mean"
+    assert share["ci_high"] == 1.0 and 0.9 < share["ci_low"] < share["median"]  # a share stops at 1
+    # a metric that is never 0 in a healthy run, with a 0 anyway: the mean, no logarithm
+    figure, low, high, estimate = cmp.centre([0.0, 50.0, 100.0])
+    assert (figure, estimate) == (50.0, "mean") and low == 0.0 and high > 100.0
+
+
+def test_one_repeat_gives_a_figure_but_no_interval():
     summary = cmp.summarize([[lvl(2, 210.0)]])
     cell = summary[2]["output_throughput"]
-    assert (cell["median"], cell["ci_low"], cell["ci_high"], cell["n"]) == (210.0, 210.0, 210.0, 1)
-    assert cmp.ratio([100.0], [142.0]) == dict(ratio=1.42, ci_low=pytest.approx(1.42), ci_high=pytest.approx(1.42),
-                                               significant=False, base_median=100.0, variant_median=142.0)
+    assert (cell["median"], cell["ci_low"], cell["ci_high"], cell["n"]) == (210.0, None, None, 1)
+    got = cmp.ratio([100.0], [142.0])
+    assert got == dict(ratio=pytest.approx(1.42), ci_low=None, ci_high=None, significant=False, base_median=100.0,
+                       variant_median=142.0, estimate="ratio of geometric means", df=None,
+                       why="one repeat on each side: no spread to measure the noise with")
     assert cmp.ratio([100.0], [100.0])["significant"] is False
+    assert cmp.ratio([100.0, 101.0], [142.0])["why"] == "one repeat on the variant's side: no spread to measure the noise with"
+    # equal repeats: their value exactly, and an interval of no width
+    assert cmp.centre([7.5, 7.5, 7.5]) == (7.5, 7.5, 7.5, "geometric mean")
 
 
 def test_a_repeat_may_be_the_throughput_bench_result_itself():
     summary = cmp.summarize([bench_result((1, 4)), bench_result((1, 4))])
     assert list(summary) == [1, 4] and summary[4]["output_throughput"]["n"] == 2
+
+
+def test_the_ratio_is_of_geometric_means_with_a_welch_interval_on_the_logs():
+    base, variant = [100.0, 104.0, 98.0], [150.0, 139.0, 146.0, 144.0]
+    out = cmp.ratio(base, variant)
+    assert out["estimate"] == "ratio of geometric means"
+    assert out["base_median"] == pytest.approx(statistics.geometric_mean(base), rel=1e-12)
+    assert out["variant_median"] == pytest.approx(statistics.geometric_mean(variant), rel=1e-12)
+    assert out["ratio"] == pytest.approx(statistics.geometric_mean(variant) / statistics.geometric_mean(base), rel=1e-12)
+    lb, lv = [math.log(v) for v in base], [math.log(v) for v in variant]
+    vb, vv = statistics.variance(lb) / 3, statistics.variance(lv) / 4
+    df = (vb + vv) ** 2 / (vb ** 2 / 2 + vv ** 2 / 3)  # Welch-Satterthwaite
+    assert out["df"] == pytest.approx(df, rel=1e-12) and 2 < df < 5
+    # the interval's ends are exactly t(0.975, df) standard errors from the difference of the mean logs
+    diff, se = statistics.fmean(lv) - statistics.fmean(lb), math.sqrt(vb + vv)
+    assert cmp.t_cdf((math.log(out["ci_high"]) - diff) / se, df) == pytest.approx(0.975, abs=1e-12)
+    assert cmp.t_cdf((math.log(out["ci_low"]) - diff) / se, df) == pytest.approx(0.025, abs=1e-12)
+    assert out["significant"] and out["why"] is None
+    # symmetric: the other way round is the inverse, interval and all
+    back = cmp.ratio(variant, base)
+    assert back["ratio"] == pytest.approx(1 / out["ratio"]) and back["ci_low"] == pytest.approx(1 / out["ci_high"])
 
 
 def test_ratio_of_a_known_speedup_contains_it_and_is_significant():
@@ -106,9 +210,44 @@ def test_same_distribution_is_not_significant():
     assert out["ci_low"] <= 1.0 <= out["ci_high"] and not out["significant"]
 
 
-def test_a_zero_base_median_gives_no_ratio():
-    assert cmp.ratio([0.0, 0.0, 1.0], [5.0, 5.0, 5.0]) == dict(ratio=None, ci_low=None, ci_high=None, significant=False,
-                                                               base_median=0.0, variant_median=5.0)
+def test_two_repeats_that_differ_by_their_own_spread_are_not_significant():
+    """What the bootstrap got wrong: with 2 repeats a side its interval was the range of the resampled
+    ratios, and 100/101 against 103/104 read "significant". t(0.975, ~2) = 4.3 standard errors say no."""
+    out = cmp.ratio([100.0, 101.0], [103.0, 104.0])
+    assert out["ratio"] == pytest.approx(math.sqrt(103.0 * 104.0 / 100.0 / 101.0))
+    assert out["ci_low"] < 1.0 < out["ci_high"] and not out["significant"]
+    assert out["df"] == pytest.approx(2.0, abs=0.01)
+
+
+def test_goodput_ratio_is_fiellers_interval_of_the_ratio_of_means():
+    base, variant = [5.0, 5.4, 4.8], [0.9, 1.2, 1.0]
+    out = cmp.ratio(base, variant, cmp.GOODPUT)
+    mb, mv = statistics.fmean(base), statistics.fmean(variant)
+    eb, ev = statistics.variance(base) / 3, statistics.variance(variant) / 3
+    rho = mv / mb
+    df = (ev + rho * rho * eb) ** 2 / ((ev ** 2 + (rho * rho * eb) ** 2) / 2)
+    assert out["estimate"] == "ratio of means" and out["ratio"] == pytest.approx(rho)
+    assert (out["base_median"], out["variant_median"]) == (pytest.approx(mb), pytest.approx(mv))
+    assert out["df"] == pytest.approx(df, rel=1e-12)
+    q = cmp.t_quantile(0.975, df)
+    for end in (out["ci_low"], out["ci_high"]):  # each end solves (mv - rho mb)^2 = t^2 (ev + rho^2 eb)
+        assert (mv - end * mb) ** 2 == pytest.approx(q * q * (ev + end * end * eb), rel=1e-9)
+    assert 0.0 < out["ci_low"] < rho < out["ci_high"] < 1.0 and out["significant"]
+    assert cmp.ratio(base, base, cmp.GOODPUT)["significant"] is False
+    # a goodput of 0 in a repeat is a figure like any other; a ratio of goodputs is never below 0
+    noisy = cmp.ratio(base, [0.0, 1.2, 0.6], cmp.GOODPUT)
+    assert noisy["ci_low"] == 0.0 and noisy["ratio"] < noisy["ci_high"] < 1.0 and noisy["significant"]
+
+
+def test_a_zero_reference_gives_no_ratio_and_a_noisy_one_no_interval():
+    assert cmp.ratio([0.0, 0.0, 0.0], [5.0, 5.0, 5.0], cmp.GOODPUT) == dict(
+        ratio=None, ci_low=None, ci_high=None, significant=False, base_median=0.0, variant_median=5.0,
+        estimate="ratio of means", df=None, why="the reference's mean is 0")
+    # a throughput with a 0 among its repeats: no logarithm, the mean; so near 0 that Fieller's set is unbounded
+    out = cmp.ratio([0.0, 0.0, 1.0], [5.0, 5.0, 5.0])
+    assert out["estimate"] == "ratio of means" and out["ratio"] == pytest.approx(15.0)
+    assert out["ci_low"] is None and not out["significant"] and "unbounded" in out["why"]
+    assert cmp.ratio([], [1.0])["why"] == "no values on the reference's side"
 
 
 # ---- the objective ----------------------------------------------------------------------------
@@ -146,10 +285,17 @@ def test_the_lines_say_it_exactly(known):
     out = cmp.compare(HOST, known, ["baseline", "nextn"])
     row, = rows(out, "nextn", 32, "output_throughput")
     median = out["summaries"]["nextn"][32]["output_throughput"]["median"]
+    assert median == pytest.approx(statistics.geometric_mean(
+        [rep[-1]["output_throughput"] for rep in known["nextn"]["repeats"]]), rel=1e-12)
+    assert row["estimate"] == "ratio of geometric means" and row["why"] is None
+    assert row["variant_median"] == median
+    first, last = [rep[-1]["output_throughput"] for rep in known["baseline"]["repeats"]][::4]
     assert out["lines"] == [
         "compare gpu-node-01: nextn vs baseline at c=32: output \u00d7%.2f [%.2f, %.2f] significant"
         % (row["ratio"], row["ci_low"], row["ci_high"]),
-        "compare gpu-node-01: winner nextn (output %.1f tok/s at c=32, median of 5)" % median,
+        "compare gpu-node-01: drift of baseline over the comparison: output at c=32 %.1f tok/s on its first repeat, "
+        "%.1f tok/s on its last (\u00d7%.2f over 5 repeats)" % (first, last, last / first),
+        "compare gpu-node-01: winner nextn (output %.1f tok/s at c=32, geometric mean of 5)" % median,
     ]
 
 
@@ -186,7 +332,7 @@ def test_lower_is_better_metrics_pick_the_lowest():
     out = cmp.compare(HOST, results, order, objective_metric="tpot_ms")
     assert out["winner"] == "nextn" and out["objective"] == {"metric": "tpot_ms", "concurrency": 8}
     median = out["summaries"]["nextn"][8]["tpot_ms"]["median"]
-    assert out["lines"][-1] == "compare gpu-node-01: winner nextn (TPOT %.2f ms at c=8, median of 3)" % median
+    assert out["lines"][-1] == "compare gpu-node-01: winner nextn (TPOT %.2f ms at c=8, geometric mean of 3)" % median
     tpot, = rows(out, "nextn", 8, "tpot_ms")
     assert tpot["ratio"] < 1 and tpot["significant"] and tpot["improved"] is True
     assert out["lines"][0].startswith("compare gpu-node-01: nextn vs baseline at c=8: TPOT \u00d70.58 [")
@@ -204,7 +350,7 @@ def test_null_goodput_and_acceptance_are_skipped_never_zero():
     # some repeats with and some without: only the numbers count
     mixed = [[lvl(4, 400.0, acceptance=2.0)], [lvl(4, 410.0, acceptance=None)], [lvl(4, 405.0, acceptance=3.0)]]
     cell = cmp.summarize(mixed)[4]["acceptance_length"]
-    assert cell["n"] == 2 and cell["median"] == 2.5
+    assert cell["n"] == 2 and cell["median"] == pytest.approx(math.sqrt(2.0 * 3.0))
 
 
 def test_with_an_slo_the_winner_is_judged_on_goodput():
@@ -213,8 +359,11 @@ def test_with_an_slo_the_winner_is_judged_on_goodput():
                "nextn": {"repeats": repeats(rng, 3, (1, 16), 140.0, goodput=4.0)}}
     out = cmp.compare(HOST, results, ["baseline", "nextn"])
     assert out["objective"] == {"metric": "goodput", "concurrency": 16} and out["winner"] == "baseline"
+    # every repeat the same goodput: no noise seen, an interval of no width, and 0.80 is not 1
     assert out["lines"][0] == "compare gpu-node-01: nextn vs baseline at c=16: goodput \u00d70.80 [0.80, 0.80] significant"
-    assert out["lines"][-1] == "compare gpu-node-01: winner baseline (goodput 5.00 req/s at c=16, median of 3)"
+    assert out["lines"][-1] == "compare gpu-node-01: winner baseline (goodput 5.00 req/s at c=16, mean of 3)"
+    row, = rows(out, "nextn", 16, "goodput")
+    assert row["estimate"] == "ratio of means" and out["summaries"]["nextn"][16]["goodput"]["estimate"] == "mean"
 
 
 def test_an_slo_disqualifies_a_variant_that_meets_it_too_rarely():
@@ -230,9 +379,9 @@ def test_an_slo_disqualifies_a_variant_that_meets_it_too_rarely():
     assert out["winner"] == "batched" and out["objective"] == {"metric": "goodput", "concurrency": 16}
     assert out["disqualified"] == [{"host": HOST, "variant": "nextn", "concurrency": 16, "slo_attainment": 0.85,
                                     "n": 3, "required": 0.9}]
-    assert "compare gpu-node-01: nextn disqualified at c=16: 85 % of requests met the SLO (median of 3), under the " \
+    assert "compare gpu-node-01: nextn disqualified at c=16: 85 % of requests met the SLO (mean of 3), under the " \
            "90 % required" in out["lines"]
-    assert out["lines"][-1] == "compare gpu-node-01: winner batched (goodput 6.00 req/s at c=16, median of 3)"
+    assert out["lines"][-1] == "compare gpu-node-01: winner batched (goodput 6.00 req/s at c=16, mean of 3)"
     assert rows(out, variant="nextn", concurrency=16, metric="goodput")  # still compared
     assert "- nextn disqualified at c=16: SLO attainment 0.85, under the 0.90 required" in cmp.markdown_table(out)
     # nobody meets 99.5 %: no winner, and the line says why
@@ -257,7 +406,8 @@ def test_a_failed_variant_is_listed_and_the_reference_is_the_first_that_did_not_
     assert "broken" not in out["summaries"] and not rows(out, "broken")
     assert out["lines"][0] == "compare gpu-node-01: broken failed: engine exited with code 1"
     assert out["lines"][1].startswith("compare gpu-node-01: nextn vs baseline at c=32: output \u00d7")
-    assert len(out["lines"]) == 3
+    assert out["lines"][2].startswith("compare gpu-node-01: drift of baseline over the comparison")
+    assert len(out["lines"]) == 4
 
 
 def test_every_variant_failed():
@@ -266,11 +416,24 @@ def test_every_variant_failed():
     assert out["lines"] == ["compare gpu-node-01: a failed: port in use", "compare gpu-node-01: no winner (every variant failed)"]
 
 
-def test_one_repeat_each_does_not_crash_gives_degenerate_intervals_and_claims_no_difference():
+def test_one_repeat_each_does_not_crash_gives_no_interval_and_claims_no_difference():
     results = {"baseline": {"repeats": [[lvl(32, 100.0)]]}, "nextn": {"repeats": [[lvl(32, 142.0)]]}}
     out = cmp.compare(HOST, results, ["baseline", "nextn"])
-    assert out["lines"] == ["compare gpu-node-01: nextn vs baseline at c=32: output \u00d71.42 [1.42, 1.42] not significant",
-                            "compare gpu-node-01: winner nextn (output 142.0 tok/s at c=32, median of 1)"]
+    assert out["lines"] == ["compare gpu-node-01: nextn vs baseline at c=32: output \u00d71.42 (no interval: one repeat on "
+                            "each side: no spread to measure the noise with)",
+                            "compare gpu-node-01: winner nextn (output 142.0 tok/s at c=32, geometric mean of 1)"]
+    row, = rows(out, "nextn", 32, "output_throughput")
+    assert row["significant"] is False and row["improved"] is None and row["ci_low"] is None
+    table = cmp.markdown_table(out)
+    assert "| 32 | nextn | 142.0 | " in table and "| \u00d71.42 |" in table  # no interval printed where there is none
+
+
+def test_a_reference_without_goodput_gives_no_ratio_and_the_line_says_why():
+    results = {"a": {"repeats": [[lvl(4, 400.0, goodput=0.0)], [lvl(4, 410.0, goodput=0.0)]]},
+               "b": {"repeats": [[lvl(4, 420.0, goodput=1.0)], [lvl(4, 430.0, goodput=2.0)]]}}
+    out = cmp.compare(HOST, results, ["a", "b"])
+    assert out["objective"]["metric"] == "goodput"
+    assert out["lines"][0] == "compare gpu-node-01: b vs a at c=4: goodput ratio undefined (the reference's mean is 0)"
 
 
 def test_the_objective_level_is_the_highest_every_variant_measured():
@@ -325,6 +488,9 @@ def test_markdown_table_puts_variants_side_by_side(known):
     assert "| \u00d71.4" in body[1] and body[1].endswith("] * |")
     assert len([line for line in lines if line.startswith("| ") and line[2].isdigit()]) == 6
     assert "- broken failed: engine \\| exited" in lines
+    note, = [line for line in lines if line.startswith("Geometric mean")]
+    assert "t-interval on the logs" in note and "ratio of the geometric means [95 % Welch" in note
+    assert "bootstrap" not in text and "Median" not in text
 
 
 def verdict(winner, reference="a", failed=()):
@@ -363,3 +529,88 @@ def test_what_serves_after_a_comparison(keep, result, before, serve):
 ])
 def test_an_slo_is_checked_as_throughput_bench_checks_it(slo, attainment, problems):
     assert cmp.slo_problems(slo, attainment) == problems
+
+
+# ---- the order of the runs, and the drift -------------------------------------------------------
+
+def test_blocked_serves_each_variant_once_for_all_its_repeats():
+    assert cmp.schedule(["a", "b"], 3) == [{"variant": "a", "repeats": 3, "round": 0},
+                                           {"variant": "b", "repeats": 3, "round": 0}]
+
+
+def test_interleaved_runs_one_repeat_of_each_variant_in_turn_reversed_every_other_round():
+    steps = cmp.schedule(["a", "b", "c"], 3, "interleaved")
+    assert [(s["variant"], s["round"], s["repeats"]) for s in steps] == [
+        ("a", 0, 1), ("b", 0, 1), ("c", 0, 1), ("c", 1, 1), ("b", 1, 1), ("a", 1, 1), ("a", 2, 1), ("b", 2, 1),
+        ("c", 2, 1)]
+
+
+@pytest.mark.parametrize("variants, repeats, order, why", [
+    (["a"], 2, "random", "compare_order must be one of blocked, interleaved, got 'random'"),
+    (["a"], 0, "blocked", "repeats must be a whole number, 1 or more, got 0"),
+    (["a"], True, "blocked", "repeats must be a whole number"),
+    ([], 2, "blocked", "variants must be a non-empty list"),
+    ([""], 2, "blocked", "variants must be a non-empty list"),
+])
+def test_schedule_refuses_what_it_cannot_order(variants, repeats, order, why):
+    with pytest.raises(cmp.CompareError, match=why):
+        cmp.schedule(variants, repeats, order)
+
+
+def drifting(order, repeats_=4, per_run=0.06):
+    """Two identical variants (100 tok/s at c=4) on a host that loses per_run of its speed with every
+    benchmark run, in the order given: the runs' figures, as the comparison would collect them."""
+    results, run = {}, 0
+    for step in cmp.schedule(["a", "b"], repeats_, order):
+        for _repeat in range(step["repeats"]):
+            speed = 400.0 * (1.0 - per_run) ** run
+            results.setdefault(step["variant"], {"repeats": []})["repeats"].append([lvl(4, speed)])
+            run += 1
+    return results
+
+
+def test_under_a_drift_blocked_reads_a_difference_that_interleaved_does_not():
+    blocked = cmp.compare(HOST, drifting("blocked"), ["a", "b"], compare_order="blocked")
+    interleaved = cmp.compare(HOST, drifting("interleaved"), ["a", "b"], compare_order="interleaved")
+    slow = rows(blocked, "b", 4, "output_throughput")[0]
+    fair = rows(interleaved, "b", 4, "output_throughput")[0]
+    assert slow["significant"] and slow["ratio"] == pytest.approx(0.94 ** 4)  # b ran after a, on a slower host
+    # a ran at runs 0, 3, 4, 7 and b at 1, 2, 5, 6: the same mean position, so the same geometric mean
+    assert not fair["significant"] and fair["ratio"] == pytest.approx(1.0)
+    # the drift is shown either way: the reference's first repeat against its last
+    assert blocked["drift"]["ratio"] == pytest.approx(0.94 ** 3)
+    assert interleaved["drift"]["ratio"] == pytest.approx(0.94 ** 7)
+    assert blocked["order"] == "blocked" and interleaved["order"] == "interleaved"
+    line = [ln for ln in blocked["lines"] if "drift" in ln][0]
+    assert line.startswith("compare %s: drift of a over the comparison (blocked order): output at c=4 400" % HOST), line
+    assert "(\u00d70.83 over 4 repeats)" in line
+    assert "Drift (interleaved order): a's" in cmp.markdown_table(interleaved)
+
+
+def test_no_drift_is_claimed_from_one_repeat_and_none_when_not_told_the_order():
+    one = cmp.compare(HOST, {"a": {"repeats": [[lvl(4, 400.0)]]}}, ["a"])
+    assert one["drift"] is None and one["order"] is None
+    assert not [ln for ln in one["lines"] if "drift" in ln]
+
+
+def test_compare_refuses_an_unknown_order():
+    with pytest.raises(cmp.CompareError, match="compare_order must be one of blocked, interleaved"):
+        cmp.compare(HOST, {"a": {"repeats": [[lvl(4, 400.0)]]}}, ["a"], compare_order="shuffled")
+
+
+def test_a_level_measured_before_its_server_was_steady_is_named_in_the_verdict():
+    cold = lvl(4, 300.0)
+    cold.update(steady=False, warmup_s=120.4, warmup_end="out_of_time")
+    warm = lvl(4, 400.0)
+    warm.update(steady=True, warmup_s=0.4, warmup_end="steady")
+    results = {"a": {"repeats": [[warm], [dict(warm)]]}, "b": {"repeats": [[cold], [dict(warm)]]}}
+    out = cmp.compare(HOST, results, ["a", "b"])
+    assert out["unsteady"] == [{"variant": "b", "concurrency": 4, "repeat": 0, "warmup_s": 120.4,
+                                "warmup_end": "out_of_time", "warmup_windows": None}]
+    line = [ln for ln in out["lines"] if "WARNING" in ln]
+    assert line == ["compare %s: WARNING b at c=4 was measured before the server was steady (repeat 0 not steady "
+                    "after 120.4 s of warm-up): its figures there may be a cold server's; raise warmup_max_s or "
+                    "warmup_tolerance" % HOST]
+    assert "- WARNING b at c=4 was measured before the server was steady" in cmp.markdown_table(out)
+    steady = cmp.compare(HOST, {"a": {"repeats": [[warm]]}, "b": {"repeats": [[warm]]}}, ["a", "b"])
+    assert steady["unsteady"] == [] and not [ln for ln in steady["lines"] if "WARNING" in ln]
