@@ -127,7 +127,9 @@ def test_a_compare_report_lists_the_settings_that_differ_asked_and_chosen_by_the
     """compare.yml on the two variants above (real runs, bench_facts writing its report): the verdict warns that
     the engine chose two settings by itself, and the report's section lists them apart from the one asked."""
     (info_a, info_b), asked_a, asked_b = server_infos(tmp_path)
-    sglang = ["--engine", "sglang", "--ignore-unknown-flags", "--server-info"]  # engine_args come as flags
+    # engine_args come as flags; the model loads 2.5 s, longer than the first call waits (progress delay 1 s):
+    # what the engine resolved comes from the wait for it
+    sglang = ["--engine", "sglang", "--ignore-unknown-flags", "--load-s", "2.5", "--server-info"]
     fleet.add_variants({"nextn": {"command": stand_in(fleet.port, 2) + sglang + [info_a], "engine_args": asked_a},
                         "nextn4": {"command": stand_in(fleet.port, 2) + sglang + [info_b], "engine_args": asked_b}})
     fleet.set_vars(serving_bench={"concurrency": [2], "requests_per_level": 4, "input_tokens": 8, "output_tokens": 8,

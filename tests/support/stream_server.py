@@ -555,6 +555,7 @@ def parse_args(argv=None):
     ap.add_argument("--drift-epoch", type=float, default=0.0, help="wall-clock time (time.time()) the drift starts at")
     ap.add_argument("--drift-per-s", type=float, default=0.0,
                     help="a drift of the host: a request's step is step * (1 + R * seconds since --drift-epoch) (0: off)")
+    ap.add_argument("--load-s", type=float, default=0.0, help="seconds before the port opens, as a model loads")
     ap.add_argument("--ignore-unknown-flags", action="store_true",
                     help="take the flags an engine's variant adds (its engine_args) and ignore them, as a real engine "
                          "would take them")
@@ -569,7 +570,7 @@ def parse_args(argv=None):
                   metrics=args.metrics, spec_tokens=args.spec_tokens,
                   engine=args.engine, engines=args.engines, sglext=args.sglext, server_info=args.server_info,
                   cold_requests=max(0, args.cold_requests), cold_factor=max(1.0, args.cold_factor),
-                  drift_epoch=args.drift_epoch, drift_per_s=max(0.0, args.drift_per_s))
+                  drift_epoch=args.drift_epoch, drift_per_s=max(0.0, args.drift_per_s), load_s=max(0.0, args.load_s))
 
 
 class StampingSelector(selectors.DefaultSelector):
@@ -596,6 +597,7 @@ async def serve(cfg, selector=None):
 
 def main(argv=None):
     cfg = parse_args(argv)
+    time.sleep(cfg.load_s)  # --load-s: a model that loads for a while before the port opens
     try:
         selector = StampingSelector()
         loop = asyncio.SelectorEventLoop(selector)
