@@ -5,6 +5,8 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV := .venv
+# the newest ansible-core's venv (test-core-latest, sanity-latest)
+VENV_LATEST := .venv-core-latest
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 LINK := collections/ansible_collections/inferops/serving
@@ -17,7 +19,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
+.PHONY: help setup gate-setup tiny-model check check-setup check-units check-smoke test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -45,7 +47,32 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 	rm -rf build/awx-wheel
 	test -f $@ && touch $@
 
-test: setup lint sanity sanity-latest units conformance integration molecule awx test-fleet test-core-latest ## everything CI runs
+# The gate: each stage a make target, timed by tools/gate.py, which ends with the table of stages (setup on its
+# own row), the load average at the start, the tests each pytest stage ran against its floor (tests/floor.txt)
+# and every test over 60 s. Each pytest stage prints its 25 slowest tests (tests/support/pytest_gate.py).
+GATE_STAGES := gate-setup lint sanity sanity-latest units conformance integration molecule awx test-fleet test-core-latest
+test: ## everything CI runs, stage by stage, ending with the stage table (under 25 minutes on a quiet 2-core machine)
+	$(PYTHON) tools/gate.py $(GATE_STAGES)
+
+# Everything the stages install or build, so that its time is its own row of the table.
+gate-setup: setup router-env engine-envs $(VENV_LATEST)/.installed tiny-model ## every environment the gate needs, and the tiny model
+
+tiny-model: setup ## the tiny random Qwen3 of the demo and the tests (build/tiny-model; local, idempotent)
+	python tools/build_tiny_model.py --out build/tiny-model >/dev/null
+
+# The quick loop: lint, the units (not the long seeded simulations) and the smoke selection of integration
+# tests, end to end on real parts (a switch, a rollback, a benchmark, a replica roll through the real router).
+# On a warm checkout (.venv, router-env and the tiny model built) it takes under 5 minutes; `make test` is the gate.
+check: ## the quick loop: lint, units without the long simulations, the integration smoke set (under 5 minutes, warm)
+	$(PYTHON) tools/gate.py check-setup lint check-units check-smoke
+
+check-setup: setup router-env tiny-model
+
+check-units: setup
+	python -m pytest -q -p no:cacheprovider -m "not slow_sim" --stage check-units tests/unit
+
+check-smoke: setup router-env tiny-model
+	python -m pytest -q -p no:cacheprovider -n $(INTEGRATION_WORKERS) -m smoke --stage check-smoke tests/integration
 
 lint: setup ## ansible-lint, production profile
 	ansible-lint --offline --profile production
@@ -54,7 +81,7 @@ sanity: setup ## ansible-test sanity on a copy of the tree
 	tools/ansible_test_sanity.sh $(SANITY_ROOT)
 
 units: setup ## unit tests
-	python -m pytest -q tests/unit
+	python -m pytest -q --stage units tests/unit
 
 # The engines' own argument parsers, without GPUs: each pinned SGLang / vLLM wheel installed --no-deps in a
 # side environment with the few pure-Python packages its parser needs (tests/conformance/requirements);
@@ -75,7 +102,7 @@ $(ENGINE_ENVS)/%/.installed: tests/conformance/requirements/%.txt | $(STAMP)
 engine-envs: $(ENGINE_STAMPS) ## the side environments holding the pinned SGLang and vLLM parsers (build/engine-envs)
 
 conformance: setup engine-envs ## the real SGLang/vLLM parsers and --help against every example variant and module doc example
-	ENGINE_ENVS=$(CURDIR)/$(ENGINE_ENVS) python -m pytest -q tests/conformance
+	ENGINE_ENVS=$(CURDIR)/$(ENGINE_ENVS) python -m pytest -q --stage conformance tests/conformance
 
 # The real sglang-router for the replica and router_worker integration tests: its own environment (a Rust
 # binary in an abi3 wheel, with aiohttp, fastapi, uvicorn, orjson, setproctitle), pinned in
@@ -96,10 +123,9 @@ router-env: $(ROUTER_VENV)/.installed ## the side environment holding the pinned
 # The tests marked `timing` (measured times against a server of known timing, to a few per cent) run after,
 # alone: on a 2-core machine a second worker's load moves those figures.
 INTEGRATION_WORKERS ?= 2
-integration: setup router-env ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
-	python tools/build_tiny_model.py --out build/tiny-model >/dev/null 2>&1
-	python -m pytest -q -n $(INTEGRATION_WORKERS) -m "not timing" tests/integration
-	python -m pytest -q -m timing tests/integration
+integration: setup router-env tiny-model ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
+	python -m pytest -q -n $(INTEGRATION_WORKERS) -m "not timing" --stage integration tests/integration
+	python -m pytest -q -m timing --stage integration-timing tests/integration
 
 molecule: setup ## Molecule scenario extensions/molecule/default: converge -> idempotence -> verify -> cleanup
 	cd extensions && MOLECULE_SERVING_PORT=$$($(BIN)/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
@@ -127,18 +153,17 @@ bench-switch: setup ## benchmarks/switch_overhead.py: what a switch and a no-op 
 bench-rolling: setup router-env ## benchmarks/rolling_switch.py: failed requests and latency of a rolling switch of 4 replicas behind sglang-router, with and without the drain
 	python benchmarks/rolling_switch.py
 awx: setup ## AWX as code: awx_configure.yml syntax and arguments, survey vs catalog, ansible-builder create
-	python -m pytest -q tests/awx
+	python -m pytest -q --stage awx tests/awx
 
 FLEET_HOSTS ?= 4
 test-fleet: setup router-env ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root), replicas behind the real sglang-router
-	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider tests/fleet
+	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider --stage fleet tests/fleet
 
 # The newest ansible-core too (the supported range is 2.19 to 2.21): its own venv on Python 3.12, then the
 # units and the integration tests of the three modules and the main job (stand-in engines; the real
 # transformers engine runs under 2.19 above), and the switch cases that depend on how a module's process
 # lives and dies (the host finishing a switch alone, two runs at once).
 PYTHON_LATEST ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.12))
-VENV_LATEST := .venv-core-latest
 $(VENV_LATEST)/.installed: requirements-core-latest.txt
 	@test -n "$(PYTHON_LATEST)" || { echo "test-core-latest: no Python 3.12 found; set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
 	test -x $(VENV_LATEST)/bin/python || $(PYTHON_LATEST) -m venv $(VENV_LATEST)
@@ -147,11 +172,11 @@ $(VENV_LATEST)/.installed: requirements-core-latest.txt
 
 test-core-latest: $(LINK) $(VENV_LATEST)/.installed ## units and module/main-job integration tests under ansible-core 2.21 (Python 3.12)
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/ansible --version | sed -n 1p  # sed reads it all: head closing the pipe early broke ansible with EPIPE
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider \
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider --stage core-latest-units tests/unit
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider --stage core-latest-integration \
 	  tests/integration/test_switch_variant.py tests/integration/test_inference_server.py \
 	  tests/integration/test_gpu_idle_check.py tests/integration/test_throughput_bench.py -k "not transformers"
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider \
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider --stage core-latest-safety \
 	  tests/integration/test_switch_safety.py -k "kill_9 or two_runs or by_hand"
 
 # ansible-test sanity under that newest core too (part of `make test`): no ignore entries on either core.

@@ -28,6 +28,9 @@ for _path in (os.path.join(ROOT, "collections"), SUPPORT):
         sys.path.insert(0, _path)
 
 import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
+import pytest_gate  # noqa: E402  pylint: disable=wrong-import-position
+# the gate's ceiling per test, floor and slow-test report, for every stage (tests/support/pytest_gate.py)
+from pytest_gate import pytest_addoption, pytest_collection_modifyitems  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 
 def free_port():
@@ -71,6 +74,7 @@ class PlaybookRun(object):
 def pytest_configure(config):
     config.addinivalue_line("markers", "timing: compares measured times with a server of known timing to a few per cent; "
                             "`make integration` runs these alone, after the others, so that no other test loads the CPU")
+    pytest_gate.configure(config)
 
 
 @pytest.fixture

@@ -154,6 +154,7 @@ def started_behind(router, replicas):
     return host
 
 
+@pytest.mark.smoke
 def test_switching_four_replicas_behind_the_router_fails_no_request(router, replicas):
     host = started_behind(router, replicas)
     before = host.pids()

@@ -127,7 +127,7 @@ def test_broken_catalog_is_refused_before_anything_runs(switch, fleet):
 
 
 @pytest.mark.parametrize("variant, reason", [
-    ("crash", "exited with code 3 before it was ready"),
+    pytest.param("crash", "exited with code 3 before it was ready", marks=pytest.mark.smoke),
     ("hang", "was not ready within ready_timeout=3.0s"),
 ])
 def test_failing_variant_is_rolled_back_to_the_previous_one(switch, fleet, variant, reason):
@@ -197,6 +197,7 @@ def test_check_mode_on_the_example_inventory_shows_the_nextn_argv(run_playbook, 
 LOCAL_CATALOG = yaml.safe_load(open(os.path.join(ROOT, "inventories", "local", "group_vars", "serving.yml")))["serving_variants"]
 
 
+@pytest.mark.smoke
 def test_real_transformers_engine_baseline_to_batched(run_playbook, tiny_model, tmp_path, port):
     extra = {"serving_model": tiny_model, "serving_port": port,
              "serving_state_dir": str(tmp_path / "state"), "serving_log_dir": str(tmp_path / "log"),

@@ -272,6 +272,7 @@ def test_the_verdicts_here_are_compares_own(n):
         assert estimate == "mean" and (low <= shift * CENTRE <= high) == own_covers(q, n, moments(variant), shift * CENTRE)
 
 
+@pytest.mark.slow_sim
 def test_intervals_keep_their_promise_at_2_to_10_repeats():
     started = time.perf_counter()
     rows, lines, q = table()

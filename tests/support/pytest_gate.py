@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gate's guards for every pytest stage, loaded by tests/conftest.py.
+
+- A ceiling per test: each test gets pytest-timeout's `timeout` marker, from the default of its directory
+  (CEILINGS) unless the test names its own (`@pytest.mark.timeout(N)`). A hang then fails that test after
+  minutes, by name, and the stage goes on; the fixtures' finalizers still run (the signal method).
+- The slowest tests: each stage prints its SLOWEST slowest tests (setup + call + teardown, summed per test)
+  and a WARNING line for every test over SLOW_S seconds.
+- A floor: `--stage NAME` checks the number of tests the stage ran against tests/floor.txt; a stage that ran
+  fewer fails (quiet shrinkage: a module that stops being collected, a selection that matches less).
+  GATE_DIR (set by tools/gate.py) collects the slow tests and the counts for the gate's closing table.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# GATE_FLOOR_FILE: another floor file (the gate's own tests use one)
+FLOOR_FILE = os.environ.get("GATE_FLOOR_FILE") or os.path.join(os.path.dirname(HERE), "floor.txt")
+
+SLOW_S = 60.0
+SLOWEST = 25
+
+# Default ceilings (s) by the first directory under tests/; a test that needs more says so with its own
+# marker. Each is a few times the slowest test of its kind on a quiet 2-core machine, so that a loaded CI
+# run does not fail on time alone, yet a hang costs minutes, not the 900 s of a playbook's own limit.
+CEILINGS = {
+    "unit": 60,
+    "conformance": 180,
+    "integration": 240,
+    "awx": 180,
+    "fleet": 420,
+}
+CEILING_OTHER = 240
+
+
+def read_floor(path=None):
+    """{stage: minimum number of tests} from the floor file (`stage count`, # comments)."""
+    path = path or FLOOR_FILE
+    floor = {}
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            parts = line.split()
+            if len(parts) != 2 or not parts[1].isdigit():
+                raise ValueError("%s:%d: expected 'stage count', got %r" % (path, number, line))
+            floor[parts[0]] = int(parts[1])
+    return floor
+
+
+def ceiling_for(path):
+    """The default ceiling for a test file: by its directory under tests/."""
+    parts = os.path.normpath(str(path)).split(os.sep)
+    if "tests" in parts:
+        index = len(parts) - 1 - parts[::-1].index("tests")
+        if index + 1 < len(parts):
+            return CEILINGS.get(parts[index + 1], CEILING_OTHER)
+    return CEILING_OTHER
+
+
+def slowest(durations, count=SLOWEST):
+    """[(seconds, nodeid)] of the `count` slowest tests, slowest first."""
+    return sorted(((seconds, nodeid) for nodeid, seconds in durations.items()), reverse=True)[:count]
+
+
+def floor_verdict(stage, ran, floor):
+    """(ok, message) for a stage that ran `ran` tests against the floor file's entry."""
+    if stage not in floor:
+        return False, "stage %r has no floor in %s (stages there: %s)" % (stage, FLOOR_FILE, ", ".join(sorted(floor)))
+    minimum = floor[stage]
+    if ran < minimum:
+        return False, "FLOOR: stage %s ran %d tests, fewer than its floor of %d (%s): a test was dropped or not collected" % (
+            stage, ran, minimum, os.path.relpath(FLOOR_FILE))
+    if ran > minimum:
+        return True, "floor: stage %s ran %d tests, its floor is %d: raise it in %s" % (
+            stage, ran, minimum, os.path.relpath(FLOOR_FILE))
+    return True, "floor: stage %s ran %d tests, its floor is %d" % (stage, ran, minimum)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("gate", "the gate's floor and slow-test report (tests/support/pytest_gate.py)")
+    group.addoption("--stage", default=None, help="check the number of tests run against this stage's floor in tests/floor.txt")
+
+
+def configure(config):
+    """Called from tests/conftest.py's pytest_configure: the markers and the gate's own hooks."""
+    config.addinivalue_line("markers", "smoke: the quick loop's end-to-end selection (`make check`): a switch, a rollback, "
+                            "a benchmark and a replica roll through the real router")
+    config.addinivalue_line("markers", "slow_sim: a long seeded statistical simulation; `make check` leaves it out")
+    config.pluginmanager.register(_Gate(config), "inferops_gate")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(ceiling_for(item.fspath)))
+
+
+class _Gate(object):
+    def __init__(self, config):
+        self.config = config
+        self.durations = {}
+        self.worker = hasattr(config, "workerinput")
+
+    def pytest_runtest_logreport(self, report):
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session):
+        if self.worker:
+            return
+        stage = self.config.getoption("stage")
+        if not stage:
+            return
+        ok, message = floor_verdict(stage, len(self.durations), read_floor())
+        self.floor_message = message
+        if not ok and session.exitstatus == 0:
+            session.exitstatus = 1
+        gate_dir = os.environ.get("GATE_DIR")
+        if gate_dir:
+            os.makedirs(gate_dir, exist_ok=True)
+            with open(os.path.join(gate_dir, "counts.tsv"), "a") as out:
+                out.write("%s\t%d\t%d\n" % (stage, len(self.durations), read_floor().get(stage, -1)))
+            with open(os.path.join(gate_dir, "slow.tsv"), "a") as out:
+                for seconds, nodeid in slowest(self.durations, len(self.durations)):
+                    if seconds > SLOW_S:
+                        out.write("%s\t%.1f\t%s\n" % (stage, seconds, nodeid))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.worker or not self.durations:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("%d slowest tests (setup + call + teardown)" % min(SLOWEST, len(self.durations)))
+        for seconds, nodeid in slowest(self.durations):
+            write("%8.2fs  %s" % (seconds, nodeid))
+        over = [(seconds, nodeid) for seconds, nodeid in slowest(self.durations, len(self.durations)) if seconds > SLOW_S]
+        for seconds, nodeid in over:
+            write("WARNING: %s took %.1f s (over %d s)" % (nodeid, seconds, SLOW_S))
+        message = getattr(self, "floor_message", None)
+        if message:
+            write(message, red=message.startswith("FLOOR"), bold=message.startswith("FLOOR"))

@@ -1,0 +1,134 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gate's guards (tests/support/pytest_gate.py) and its table (tools/gate.py): the floor fails a stage
+that ran fewer tests, the ceiling fails a hung test by name while the others go on, the table names every
+stage and the load average."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pytest_gate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import gate  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def test_the_floor_file_of_the_repo_names_every_stage_the_makefile_passes():
+    floor = pytest_gate.read_floor()
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    stages = sorted(set(word.split()[0] for word in makefile.split("--stage ")[1:]))
+    assert stages and all(stage in floor for stage in stages), (stages, sorted(floor))
+    assert floor["units"] >= 1047 and floor["integration"] + floor["integration-timing"] >= 146
+
+
+def test_a_malformed_floor_line_is_an_error_naming_the_line(tmp_path):
+    path = tmp_path / "floor.txt"
+    path.write_text("# c\nunits 10\nintegration many\n")
+    with pytest.raises(ValueError, match=r"floor.txt:3: expected 'stage count', got 'integration many'"):
+        pytest_gate.read_floor(str(path))
+
+
+@pytest.mark.parametrize("ran, ok, words", [
+    (9, False, "FLOOR: stage units ran 9 tests, fewer than its floor of 10"),
+    (10, True, "floor: stage units ran 10 tests, its floor is 10"),
+    (11, True, "raise it in"),
+])
+def test_floor_verdict(ran, ok, words):
+    got_ok, message = pytest_gate.floor_verdict("units", ran, {"units": 10})
+    assert got_ok is ok and words in message
+
+
+def test_a_stage_without_a_floor_fails_listing_the_stages():
+    ok, message = pytest_gate.floor_verdict("nightly", 3, {"units": 1, "awx": 2})
+    assert not ok and "stage 'nightly' has no floor" in message and "awx, units" in message
+
+
+@pytest.mark.parametrize("path, ceiling", [
+    ("/x/tests/unit/plugins/test_a.py", 60),
+    ("/x/tests/integration/test_b.py", 240),
+    ("/x/tests/fleet/test_c.py", 420),
+    ("/x/elsewhere/test_d.py", pytest_gate.CEILING_OTHER),
+])
+def test_ceiling_by_directory(path, ceiling):
+    assert pytest_gate.ceiling_for(path) == ceiling
+
+
+def test_slowest_orders_and_cuts():
+    assert pytest_gate.slowest({"a": 1.0, "b": 3.0, "c": 2.0}, 2) == [(3.0, "b"), (2.0, "c")]
+
+
+def run_stage(tmp_path, floor, extra=()):
+    """pytest on a small suite of its own, with the gate's hooks and a floor file of its own."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(textwrap.dedent("""
+        import sys
+        sys.path.insert(0, %r)
+        import pytest_gate
+        from pytest_gate import pytest_addoption, pytest_collection_modifyitems
+
+        def pytest_configure(config):
+            pytest_gate.configure(config)
+        """ % os.path.dirname(pytest_gate.__file__)))
+    (suite / "test_some.py").write_text(textwrap.dedent("""
+        import time
+        import pytest
+
+        def test_quick():
+            assert True
+
+        @pytest.mark.timeout(1)
+        def test_hangs():
+            time.sleep(30)
+
+        def test_after_the_hang():
+            assert True
+        """))
+    (tmp_path / "floor.txt").write_text("suite %d\n" % floor)
+    env = dict(os.environ, GATE_FLOOR_FILE=str(tmp_path / "floor.txt"), GATE_DIR=str(tmp_path / "gate"))
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--stage", "suite",
+                           str(suite)] + list(extra), capture_output=True, text=True, env=env, timeout=60, check=False)
+
+
+def test_a_hang_fails_that_test_by_name_within_its_ceiling_and_the_rest_go_on(tmp_path):
+    run = run_stage(tmp_path, 3)
+    assert run.returncode == 1, run.stdout
+    assert "FAILED" in run.stdout and "test_some.py::test_hangs" in run.stdout and "Timeout" in run.stdout
+    assert "1 failed, 2 passed" in run.stdout
+    assert "floor: stage suite ran 3 tests, its floor is 3" in run.stdout
+    assert "slowest tests" in run.stdout
+
+
+def test_a_stage_that_runs_fewer_tests_than_its_floor_fails(tmp_path):
+    run = run_stage(tmp_path, 3, ["-k", "not hangs"])
+    assert run.returncode == 1, run.stdout
+    assert "2 passed" in run.stdout and "FLOOR: stage suite ran 2 tests, fewer than its floor of 3" in run.stdout
+    with open(str(tmp_path / "gate" / "counts.tsv")) as counts:
+        assert counts.read() == "suite\t2\t3\n"
+
+
+def test_at_its_floor_a_passing_stage_passes(tmp_path):
+    run = run_stage(tmp_path, 2, ["-k", "not hangs"])
+    assert run.returncode == 0, run.stdout
+
+
+def test_the_table_names_each_stage_its_share_the_load_and_the_slow_tests(tmp_path):
+    (tmp_path / "counts.tsv").write_text("units\t1047\t1047\n")
+    (tmp_path / "slow.tsv").write_text("integration\t75.2\ttests/integration/test_x.py::test_y\n")
+    lines = gate.table([("gate-setup", 90.0, 0), ("units", 30.0, 0), ("integration", 0.5, 2)], (0.41, 0.3, 0.2),
+                       str(tmp_path))
+    text = "\n".join(lines)
+    assert "load average at start 0.41 0.30 0.20" in text
+    assert "gate-setup" in text and "1:30 (90s)" in text and "74.7%" in text
+    assert "FAILED (exit 2)" in text and "total" in text
+    assert "units 1047/1047" in text
+    assert "WARNING: [integration] tests/integration/test_x.py::test_y took 75.2 s (over 60 s)" in text

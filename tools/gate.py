@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run the gate's stages (make targets) in order and end with their table.
+
+usage: python3 tools/gate.py TARGET...
+
+Each TARGET runs as `make TARGET`; the first that fails stops the gate (as make itself would), and the table
+is printed all the same. The table gives each stage's wall time, the machine's load average when the gate
+started (a timing is only worth quoting from a quiet machine: load under 1, nothing beside it), the tests each
+pytest stage ran against its floor (tests/floor.txt), and every test over 60 s. The pytest stages write those
+into GATE_DIR (tests/support/pytest_gate.py). Standard library only: it runs before `.venv` exists.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_tsv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [line.rstrip("\n").split("\t") for line in handle if line.strip()]
+
+
+def table(rows, load, gate_dir):
+    """The closing table, as lines."""
+    total = sum(seconds for _, seconds, _ in rows)
+    lines = ["", "== gate: %d stage(s), %s, load average at start %s" % (
+        len(rows), clock(total), " ".join("%.2f" % value for value in load))]
+    width = max([len(name) for name, _, _ in rows] + [5])
+    lines.append("%-*s  %9s  %7s  %s" % (width, "stage", "wall", "share", "result"))
+    for name, seconds, rc in rows:
+        lines.append("%-*s  %9s  %6.1f%%  %s" % (width, name, clock(seconds), 100.0 * seconds / total if total else 0.0,
+                                                  "ok" if rc == 0 else "FAILED (exit %d)" % rc))
+    lines.append("%-*s  %9s" % (width, "total", clock(total)))
+    counts = read_tsv(os.path.join(gate_dir, "counts.tsv"))
+    if counts:
+        lines.append("tests run against the floor (tests/floor.txt): " + ", ".join(
+            "%s %s/%s" % (stage, ran, floor) for stage, ran, floor in counts))
+    slow = read_tsv(os.path.join(gate_dir, "slow.tsv"))
+    for stage, seconds, nodeid in sorted(slow, key=lambda row: -float(row[1])):
+        lines.append("WARNING: [%s] %s took %s s (over 60 s)" % (stage, nodeid, seconds))
+    return lines
+
+
+def clock(seconds):
+    return "%d:%02d (%ds)" % (seconds // 60, seconds % 60, seconds)
+
+
+def main(targets):
+    if not targets:
+        sys.exit(__doc__)
+    gate_dir = os.path.join(ROOT, "build", "gate")
+    shutil.rmtree(gate_dir, ignore_errors=True)
+    os.makedirs(gate_dir)
+    load = os.getloadavg()
+    print("gate: load average at start %s (%d cores)" % (" ".join("%.2f" % value for value in load), os.cpu_count() or 0),
+          flush=True)
+    env = dict(os.environ, GATE_DIR=gate_dir)
+    rows = []
+    rc = 0
+    for target in targets:
+        start = time.monotonic()
+        rc = subprocess.call(["make", "--no-print-directory", target], cwd=ROOT, env=env)
+        rows.append((target, time.monotonic() - start, rc))
+        if rc != 0:
+            break
+    text = "\n".join(table(rows, load, gate_dir))
+    print(text, flush=True)
+    with open(os.path.join(gate_dir, "table.txt"), "w") as out:
+        out.write(text + "\n")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
