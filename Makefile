@@ -160,7 +160,8 @@ test-fleet: setup router-env ## rollout scenarios over real SSH on FLEET_HOSTS n
 	tests/fleet/testbed.sh run $(FLEET_HOSTS) -- python -m pytest -q -rA -p no:cacheprovider --stage fleet tests/fleet
 
 # The newest ansible-core too (the supported range is 2.19 to 2.21): its own venv on Python 3.12, then the
-# units and the integration tests of the three modules and the main job (stand-in engines; the real
+# units (less the seeded statistical simulations, marker slow_sim: pure Python that no ansible-core
+# version changes, run once under 2.19 in `units`) and the integration tests of the three modules and the main job (stand-in engines; the real
 # transformers engine runs under 2.19 above), and the switch cases that depend on how a module's process
 # lives and dies (the host finishing a switch alone, two runs at once).
 PYTHON_LATEST ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.12))
@@ -172,7 +173,7 @@ $(VENV_LATEST)/.installed: requirements-core-latest.txt
 
 test-core-latest: $(LINK) $(VENV_LATEST)/.installed ## units and module/main-job integration tests under ansible-core 2.21 (Python 3.12)
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/ansible --version | sed -n 1p  # sed reads it all: head closing the pipe early broke ansible with EPIPE
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider --stage core-latest-units tests/unit
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider -m "not slow_sim" --stage core-latest-units tests/unit
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider --stage core-latest-integration \
 	  tests/integration/test_switch_variant.py tests/integration/test_inference_server.py \
 	  tests/integration/test_gpu_idle_check.py tests/integration/test_throughput_bench.py -k "not transformers"

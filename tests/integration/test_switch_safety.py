@@ -186,10 +186,14 @@ def test_kill_9_of_the_controller_mid_switch_the_host_finishes_alone(switch, fle
     assert fleet.record()["pid"] == record["pid"]
 
 
-def test_two_runs_at_once_one_waits_and_exactly_one_engine_serves(switch, fleet, ansible_env):
-    # a load long enough that the fourth run meets the third one's switch under way even on a busy machine (8 s
+def test_two_runs_at_once_one_waits_and_exactly_one_engine_serves(switch, fleet, ansible_env, tmp_path):
+    # a load long enough that the second run meets the first one's switch under way even on a busy machine (8 s
     # was not, with two test workers and a load average of 7 on 2 cores: ansible-playbook alone took that long)
     fleet.add_variants({"slowload": {"command": fake_engine(fleet.port, "ok") + ["--load-s", "20"], "ready_timeout": 90}})
+    # the third run's engine loads until the test has seen the fourth refused: an event, not a 20 s load
+    loaded = tmp_path / "gated.loaded"
+    fleet.add_variants({"gated": {"command": fake_engine(fleet.port, "ok") + ["--load-s", "0.2", "--ready-file", str(loaded)],
+                                  "ready_timeout": 90}})
     started(switch, fleet)
     first = _popen_playbook(fleet, ansible_env, "slowload")
     _wait_for(lambda: _journal(fleet).get("target", {}).get("variant") == "slowload", 60, "the first switch")
@@ -203,19 +207,21 @@ def test_two_runs_at_once_one_waits_and_exactly_one_engine_serves(switch, fleet,
           % (sorted(engines(fleet)), record["pid"]))
 
     # a run that gives up waiting names who holds the lock, and kills nothing of theirs
-    third = _popen_playbook(fleet, ansible_env, "slowload")
-    _wait_for(lambda: _journal(fleet).get("target", {}).get("variant") == "slowload"
+    third = _popen_playbook(fleet, ansible_env, "gated")
+    _wait_for(lambda: _journal(fleet).get("target", {}).get("variant") == "gated"
               and not _journal(fleet).get("outcome"), 60, "the third switch")
     fourth = switch("fast", extra={"serving_lock_timeout": 1})
     assert fourth.rc != 0
     out = flat(fourth)
     holder = _journal(fleet)["pid"]
-    assert "nothing was stopped: another run is changing this instance: pid %d (switch to slowload" % holder in out
+    assert "nothing was stopped: another run is changing this instance: pid %d (switch to gated" % holder in out
     assert "waited lock_timeout=1.0s" in out and "since 20" in out
     assert fourth.recap()["changed"] == 0
     observed("lock_timeout=1 while another run switches", fourth, fleet)
+    assert third.poll() is None and not _journal(fleet).get("outcome")  # still loading: the refusal changed nothing
+    loaded.write_text("")
     assert third.communicate(timeout=300)[0] and third.returncode == 0
-    serving(fleet, "slowload")
+    serving(fleet, "gated")
 
 
 def test_a_variant_with_the_same_configuration_is_relabelled_not_restarted(switch, fleet, run_playbook, tmp_path):

@@ -3,10 +3,12 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A stand-in OpenAI-compatible engine for the inference_server failure cases (engine: command).
 
-usage: fake_engine.py --port P [--host H] [--model NAME] [--mode MODE] [--load-s S] [--orphan FILE]
+usage: fake_engine.py --port P [--host H] [--model NAME] [--mode MODE] [--load-s S] [--ready-file FILE] [--orphan FILE]
 
 modes:
   ok           /health 503 for --load-s seconds, then 200; /v1/completions answers one token
+               (with --ready-file, 503 also until FILE exists: a test ends the load when it has seen what it waits
+               for, instead of sleeping a load long enough for a busy machine)
   exit         prints an error and exits with code 3 right away (after --load-s)
   never-ready  /health answers 503 forever
   broken       /health answers 200 at once, every /v1/completions HTTP 500 (a CUDA error in the worker)
@@ -36,6 +38,7 @@ def main(argv):
     parser.add_argument("--model", default="fake")
     parser.add_argument("--mode", default="ok", choices=["ok", "exit", "never-ready", "broken"])
     parser.add_argument("--load-s", type=float, default=0.5)
+    parser.add_argument("--ready-file")
     parser.add_argument("--orphan")
     parser.add_argument("--worker")
     parser.add_argument("--child", action="store_true")
@@ -75,7 +78,8 @@ def main(argv):
             self.wfile.write(data)
 
         def ready(self):
-            return args.mode == "ok" and time.monotonic() - started >= args.load_s
+            return (args.mode == "ok" and time.monotonic() - started >= args.load_s
+                    and (not args.ready_file or os.path.exists(args.ready_file)))
 
         def do_GET(self):
             if self.path == "/health" and args.mode == "broken":
