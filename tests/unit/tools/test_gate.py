@@ -54,7 +54,7 @@ def test_a_stage_without_a_floor_fails_listing_the_stages():
 
 @pytest.mark.parametrize("path, ceiling", [
     ("/x/tests/unit/plugins/test_a.py", 60),
-    ("/x/tests/integration/test_b.py", 240),
+    ("/x/tests/integration/test_b.py", 300),
     ("/x/tests/fleet/test_c.py", 420),
     ("/x/elsewhere/test_d.py", pytest_gate.CEILING_OTHER),
 ])
