@@ -186,6 +186,13 @@ class Server(object):
         for e, series in enumerate(self.series):
             for pos, count in enumerate(series["per_pos"]):
                 lines.append('%s_total{engine="%d",model_name="%s",position="%d"} %.1f' % (name, e, cfg.models[0], pos, count))
+        # the in-flight gauge (vllm/v1/metrics/loggers.py PrometheusStatLogger: gauge_scheduler_running, one series
+        # per engine): the requests generating now, all on engine 0 here, the others' series 0
+        lines += ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                  "# TYPE vllm:num_requests_running gauge"]
+        for e in range(len(self.series)):
+            lines.append('vllm:num_requests_running{engine="%d",model_name="%s"} %.1f'
+                         % (e, cfg.models[0], (self.active + self.unstreamed) if e == 0 else 0))
         return "\n".join(lines) + "\n"
 
     def _sglang_metrics(self):
