@@ -35,7 +35,7 @@ description:
     when it is gone, and an add of a URL still listed waits until it is gone, then adds. A failed C(smg) add is
     found when its job disappears (404) without a listing.
   - C(vllm-router) addresses workers by URL, answers a removal 200 even for a URL it does not know (the
-    listing confirms it), and answers an add only once the worker is healthy: O(timeout) bounds that whole
+    listing confirms it), and answers an add only once the worker is healthy; O(timeout) bounds that whole
     request.
   - O(state=present) adds the worker unless the router lists it healthy, then waits until it is listed and
     healthy. A worker listed but marked unhealthy is removed and added again (the router refuses to add a URL
@@ -62,7 +62,7 @@ attributes:
 options:
   router_url:
     description:
-      - Base URL of the router, for example V(http://10.0.0.5:30000), or a list of them (routers run in pairs):
+      - Base URL of the router, for example V(http://10.0.0.5:30000), or a list of them (routers run in pairs);
         the worker's membership is converged on each. Required unless O(router_type=none).
     type: list
     elements: str
@@ -121,7 +121,7 @@ options:
   api_key:
     description:
       - Sent to the router as C(Authorization Bearer), the key it was started with (C(--api-key)), or an admin
-        key of C(--control-plane-api-keys). A user-role key may list but not change workers (403): an error
+        key of C(--control-plane-api-keys). A user-role key may list but not change workers (403), an error
         before anything changes.
       - C(vllm-router)'s C(--api-key) is the key it sends to the engines (it must match theirs); its worker API
         has no auth.
