@@ -116,7 +116,23 @@ $(ROUTER_VENV)/.installed: tests/support/router-requirements.txt
 	$(ROUTER_VENV)/bin/python -m sglang_router.launch_router --help >/dev/null
 	touch $@
 
-router-env: $(ROUTER_VENV)/.installed ## the side environment holding the pinned sglang-router (build/router-venv)
+# smg 1.13.0 and vllm-router 0.1.17 beside it, one environment each (their own pins: smg wants grpcio and
+# protobuf, vllm-router fastapi and requests), each rebuilt when its requirements file changes.
+$(ROUTER_VENV)-smg/.installed: tests/support/router-requirements-smg.txt
+	rm -rf $(ROUTER_VENV)-smg
+	$(PYTHON) -m venv $(ROUTER_VENV)-smg
+	$(ROUTER_VENV)-smg/bin/python -m pip install -q --disable-pip-version-check -r $<
+	$(ROUTER_VENV)-smg/bin/smg launch --help >/dev/null
+	touch $@
+
+$(ROUTER_VENV)-vllm/.installed: tests/support/router-requirements-vllm.txt
+	rm -rf $(ROUTER_VENV)-vllm
+	$(PYTHON) -m venv $(ROUTER_VENV)-vllm
+	$(ROUTER_VENV)-vllm/bin/python -m pip install -q --disable-pip-version-check -r $<
+	$(ROUTER_VENV)-vllm/bin/vllm-router --help >/dev/null
+	touch $@
+
+router-env: $(ROUTER_VENV)/.installed $(ROUTER_VENV)-smg/.installed $(ROUTER_VENV)-vllm/.installed ## the side environments holding the pinned sglang-router, smg and vllm-router (build/router-venv, -smg, -vllm)
 
 # Two workers (pytest-xdist): the tests mostly wait on engines and ansible-playbook, and each has its own
 # ports, state dirs and fake GPUs. The tiny model is built once first, so the workers do not race to build it.

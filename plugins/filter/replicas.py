@@ -19,10 +19,10 @@ def _call(name, func, *args):
 
 
 def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check=None, max_unavailable=1,
-                   min_available=1, engine=None):
+                   min_available=1, engine=None, router=None):
     """serving_instances checked: every instance, the selected ones and their batches."""
     return _call("instances_plan", _replicas.instances_plan, instances, serving_name, selected, port, gpu_check,
-                 max_unavailable, min_available, engine)
+                 max_unavailable, min_available, engine, router)
 
 
 def instance_fit(instance, spec):

@@ -10,15 +10,33 @@ module: router_worker
 short_description: Take one engine instance out of a router, wait until it is drained, and put it back
 version_added: 0.3.0
 description:
-  - Adds one engine instance (a worker) to, or removes it from, a running C(sglang-router) through the
-    router's worker API (C(GET /workers), C(POST /workers), C(DELETE /workers/ID)), and waits until the
-    router's listing shows the change. The router takes such a change in the background, so an accepted
-    request is not yet a done one.
+  - Adds one engine instance (a worker) to, or removes it from, one or more running routers through their
+    worker API (C(GET /workers), C(POST /workers), C(DELETE /workers/...)), and waits until each router's
+    listing shows the change. Routers take such a change in the background, or answer only once it is done, so
+    the listing is what tells. The routers are C(sglang-router) 0.3.2, the Shepherd Model Gateway C(smg) 1.13.0
+    and C(vllm-router) 0.1.17 (docs/replicas.md has a table of how each behaves).
+  - Every router of O(router_url) is read (and, with O(router_type=auto), identified) before anything changes. A
+    router that is down, unknown, or refuses the key is an error before any change. With O(api_key) and
+    O(state=absent), a C(DELETE) of a random UUID asks whether the key may change workers (404) or only list
+    them (403, a user-role key), without a change.
   - O(state=absent) removes the worker, waits until the router no longer lists it (no new request goes there
     from then on; requests already streaming from it go on), then waits until the engine has drained, that is
-    until its own in-flight gauge O(drain_metric) reads 0 on its C(/metrics), within O(drain_timeout). The
-    router's own C(load) figure is not used. Without O(drain_metric) it waits O(drain_timeout) seconds. A
-    worker the router does not list is left as it is, with no drain wait.
+    until its own in-flight gauge O(drain_metric) reads 0 on its C(/metrics), within O(drain_timeout).
+    Without O(drain_metric), where the router counts the requests in flight to the worker (C(smg)'s C(load))
+    and counted 0 before it let the worker go, there is nothing to wait for; otherwise it waits the whole
+    O(drain_timeout) and says so (a warning, and RV(drain)). An engine that is gone (see O(engine_state)) ends
+    the wait at once, and RV(engine_ended) says how it ended. A worker the router does not list is left as it
+    is, with no drain wait.
+  - After the removal the listing is read again. When it shows fewer than O(keep_healthy) other healthy
+    workers (another removal ran at the same time), the worker is put back and the module fails before
+    anything stopped. Removals are not serialised; two racing removals each re-check after their own, so the
+    later one sees both.
+  - C(smg) lists a removed worker C(status=draining) for 5 seconds. It counts as listed, so a removal is done
+    when it is gone, and an add of a URL still listed waits until it is gone, then adds. A failed C(smg) add is
+    found when its job disappears (404) without a listing.
+  - C(vllm-router) addresses workers by URL, answers a removal 200 even for a URL it does not know (the
+    listing confirms it), and answers an add only once the worker is healthy; O(timeout) bounds that whole
+    request.
   - O(state=present) adds the worker unless the router lists it healthy, then waits until it is listed and
     healthy. A worker listed but marked unhealthy is removed and added again (the router refuses to add a URL
     it already lists, and an unhealthy worker takes no traffic), so that the router checks it at once.
@@ -44,15 +62,21 @@ attributes:
 options:
   router_url:
     description:
-      - Base URL of the router, for example V(http://10.0.0.5:30000). Required unless O(router_type=none).
-    type: str
+      - Base URL of the router, for example V(http://10.0.0.5:30000), or a list of them (routers run in pairs);
+        the worker's membership is converged on each. Required unless O(router_type=none).
+    type: list
+    elements: str
   router_type:
     description:
-      - The router's kind. V(sglang) is C(sglang-router) 0.3, its worker API C(/workers).
+      - The router's kind. V(sglang) is C(sglang-router) 0.3, V(smg) the Shepherd Model Gateway 1.13, V(vllm)
+        C(vllm-router) 0.1.
+      - V(auto) identifies each router from its own answers (its C(/workers) entries, its answer to
+        C(GET /list_workers)) and returns what it found in RV(routers); an unknown router is an error that
+        lists what was tried.
       - V(none) asks no router (for a load balancer that hooks of your own drive). Then O(state=absent) only waits
         until the engine is drained, and O(state=present) does nothing.
     type: str
-    choices: [sglang, none]
+    choices: [sglang, smg, vllm, none, auto]
     default: sglang
   worker_url:
     description:
@@ -96,8 +120,19 @@ options:
     default: 0
   api_key:
     description:
-      - Sent to the router as C(Authorization Bearer), the key it was started with (C(--api-key)).
+      - Sent to the router as C(Authorization Bearer), the key it was started with (C(--api-key)), or an admin
+        key of C(--control-plane-api-keys). A user-role key may list but not change workers (403), an error
+        before anything changes.
+      - C(vllm-router)'s C(--api-key) is the key it sends to the engines (it must match theirs); its worker API
+        has no auth.
     type: str
+  engine_state:
+    description:
+      - The instance's state file (C(<state_dir>/<name>.json) of M(inferops.serving.inference_server)). While
+        draining, a recorded engine that is no longer alive ends the wait at once, and its watchdog's exit
+        record (C(<name>.exit.json)) says how it ended (RV(engine_ended)).
+      - Without it, an engine whose port refuses connections is taken as gone ("the engine stopped answering").
+    type: path
 notes:
   - A request the router sent to the worker just before the removal is counted by the engine once it is
     admitted. The drain starts only after the router stopped listing the worker.
@@ -173,10 +208,32 @@ waited_s:
   type: float
   sample: 0.05
 router_url:
-  description: The router's URL as used.
+  description: The (first) router's URL as used.
   returned: always
   type: str
   sample: "http://router.internal:30000"
+router_type:
+  description: The (first) router's type, as given or as O(router_type=auto) identified it.
+  returned: always
+  type: str
+  sample: smg
+routers:
+  description: Each router of O(router_url), its type, how it was identified, whether it lists the worker, and its listing.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{router_url: "http://router.internal:30000", router_type: smg, identified: "router_type smg", listed: true,
+            workers: []}]
+drain:
+  description: How the drain ended, in words (the gauge read 0, the router counted 0, the whole drain_timeout waited, the engine ended).
+  returned: always
+  type: str
+  sample: "sglang:num_running_reqs read 0"
+engine_ended:
+  description: How the engine ended while draining (from its exit record), or null while it runs.
+  returned: always
+  type: str
+  sample: "the engine (pid 4242) was killed by SIGKILL"
 worker_url:
   description: The worker's URL as sent to the router.
   returned: always
@@ -199,6 +256,8 @@ def main():
         result, diff = _router.converge(p, check_mode=module.check_mode)
     except _router.RouterError as exc:
         module.fail_json(msg=exc.msg, **exc.result)
+    if result.get("drain") and (result.get("engine_ended") or result["drain"].startswith("no in-flight reading")):
+        module.warn("worker %s: %s" % (result["worker_url"], result["drain"]))
     if module._diff:
         result["diff"] = diff
     module.exit_json(**result)

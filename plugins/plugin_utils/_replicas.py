@@ -238,8 +238,44 @@ def _gpu_check(gpu_check, gpus):
     return check
 
 
+def router_problems(router):
+    """serving_router checked, each problem in the inventory's words ([] when it is good or unset). The types are
+    _router.ROLE_ROUTER_TYPES: router_worker's own (ROUTER_TYPES) and the role's command (argv hooks)."""
+    if router is None or (isinstance(router, Mapping) and not router):
+        return []
+    if not isinstance(router, Mapping):
+        return ["serving_router must be a dict (type, url, api_key, ...), got %s" % type(router).__name__]
+    problems = []
+    kind = router.get("type", "sglang")
+    if kind not in _router.ROLE_ROUTER_TYPES:
+        problems.append("serving_router.type: %r is not one of %s" % (kind, ", ".join(_router.ROLE_ROUTER_TYPES)))
+    url = router.get("url")
+    if kind not in ("command", "none") or url is not None:
+        urls = [url] if isinstance(url, str) else url
+        if url is None:
+            problems.append("serving_router.url is required with type %s (the router's base URL such as "
+                            "http://10.0.0.5:30000, or a list of them)" % kind)
+        elif not isinstance(urls, (list, tuple)) or not urls:
+            problems.append("serving_router.url must be an http(s) URL or a list of them, got %r" % (url,))
+        else:
+            for one in urls:
+                try:
+                    _router.Url(one, "serving_router.url")
+                except ValueError as exc:
+                    problems.append(str(exc))
+    key = router.get("api_key")
+    if key is not None and not isinstance(key, str):
+        problems.append("serving_router.api_key must be a string (the router's key), got a %s" % type(key).__name__)
+    if kind == "command":
+        for hook in ("remove", "add"):
+            argv = router.get(hook)
+            if not isinstance(argv, (list, tuple)) or not argv:
+                problems.append("serving_router.%s must be a non-empty argv list with type command" % hook)
+    return problems
+
+
 def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check=None, max_unavailable=1,
-                   min_available=1, engine=None):
+                   min_available=1, engine=None, router=None):
     """The host's instances checked, and which of them a run switches, in which batches.
 
     instances: serving_instances (None or empty: one implicit instance on every GPU, as before);
@@ -258,7 +294,7 @@ def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check
     [None] for the implicit one), batches (selected, in batches) and the two settings as ints. Raises
     PlanError naming everything wrong and what is allowed.
     """
-    problems = []
+    problems = router_problems(router)
     max_unavailable = _setting("max_unavailable", "serving_max_unavailable", max_unavailable, 1, problems)
     min_available = _setting("min_available", "serving_min_available", min_available, 0, problems)
     if gpu_check is not None and not isinstance(gpu_check, Mapping):

@@ -39,20 +39,25 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def replica_command(step_ms, mode=None):
-    """One command for every replica: {port} is each instance's own (inference_server replaces it)."""
+def replica_command(step_ms, mode=None, engine="sglang"):
+    """One command for every replica: {port} is each instance's own (inference_server replaces it). engine: the
+    stand-in answers as SGLang (sglang:num_running_reqs) or vLLM (vllm:num_requests_running)."""
     if mode:
         return [sys.executable, os.path.join(SUPPORT, "fake_engine.py"), "--port", "{port}", "--model", "standin",
                 "--mode", mode, "--load-s", "0.2"]
     return [sys.executable, os.path.join(SUPPORT, "stream_server.py"), "--port", "{port}", "--model", "standin",
-            "--engine", "sglang", "--ttft-ms", "5", "--step-ms", str(step_ms)]
+            "--engine", engine, "--ttft-ms", "5", "--step-ms", str(step_ms)]
+
+
+GAUGES = {"sglang": "sglang:num_running_reqs", "vllm": "vllm:num_requests_running"}
 
 
 class Host(object):
     """This host with replicas `names` on fake GPUs two each (r0: 0,1 ... r3: 6,7), optionally behind a router."""
 
-    def __init__(self, tmp_path, run_playbook, router_url=None, names=NAMES):
+    def __init__(self, tmp_path, run_playbook, router_url=None, names=NAMES, router_type="sglang", engine="sglang"):
         self.tmp_path, self.run_playbook, self.names = tmp_path, run_playbook, tuple(names)
+        self.router_type, self.engine = router_type, engine
         self.state_dir = tmp_path / "state"
         self.ports = dict((name, free_port()) for name in self.names)
         self.router_url = router_url
@@ -61,8 +66,9 @@ class Host(object):
 
     def write(self, **extra):
         env = {"FAKE_GPU_MIB": "4096"}
-        variants = {"v1": {"command": replica_command(2), "env": env, "drain_metric": "sglang:num_running_reqs"},
-                    "v2": {"command": replica_command(3), "env": env, "drain_metric": "sglang:num_running_reqs"},
+        gauge = GAUGES[self.engine]
+        variants = {"v1": {"command": replica_command(2, engine=self.engine), "env": env, "drain_metric": gauge},
+                    "v2": {"command": replica_command(3, engine=self.engine), "env": env, "drain_metric": gauge},
                     "broken": {"command": replica_command(0, "crash"), "env": env}}
         group = {"hosts": {"localhost": {"ansible_connection": "local",
                                          "ansible_python_interpreter": "{{ ansible_playbook_python }}"}},
@@ -76,7 +82,7 @@ class Host(object):
                                                     for i, name in enumerate(self.names)),
                           "serving_variants": variants}}
         if self.router_url:
-            group["vars"]["serving_router"] = {"type": "sglang", "url": self.router_url}
+            group["vars"]["serving_router"] = {"type": self.router_type, "url": self.router_url}
         group["vars"].update(extra)
         self.inventory.write_text(yaml.safe_dump({"serving": group}))
 
@@ -131,10 +137,10 @@ def replicas(fake_gpus, tmp_path, run_playbook):
     """make(router_url=None, names=NAMES) -> a Host on 8 fake GPUs; every host is stopped afterwards."""
     made = []
 
-    def make(router_url=None, names=NAMES):
+    def make(router_url=None, names=NAMES, **kw):
         where = tmp_path / ("host%d" % len(made))
         where.mkdir()
-        host = Host(where, run_playbook, router_url=router_url, names=names)
+        host = Host(where, run_playbook, router_url=router_url, names=names, **kw)
         made.append(host)
         return host
     yield make
@@ -145,7 +151,7 @@ def replicas(fake_gpus, tmp_path, run_playbook):
 def started_behind(router, replicas):
     host = replicas(router_url=router.url)
     run = host.play("v1")
-    assert run.rc == 0, run.stdout[-4000:]
+    assert run.rc == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert host.variants() == dict((name, "v1") for name in NAMES)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and listed(router.url) != dict((url, True) for url in host.urls()):
@@ -172,6 +178,36 @@ def test_switching_four_replicas_behind_the_router_fails_no_request(router, repl
     after = host.pids()
     assert all(after[name] != before[name] for name in NAMES)
     assert listed(router.url) == dict((url, True) for url in host.urls())
+
+
+@pytest.mark.parametrize("kind, engine", [("smg", "sglang"), ("vllm", "vllm")])
+def test_the_same_roll_behind_smg_and_vllm_router_fails_no_request(kind, engine, replicas, tmp_path):
+    """The zero-failure roll behind the other two routers: SGLang stand-ins behind smg 1.13.0, vLLM stand-ins
+    (vllm:num_requests_running) behind vllm-router 0.1.17, four replicas switched under a closed-loop load."""
+    if not sglang_router.available(kind):
+        pytest.skip("%s is not installed (make router-env)" % sglang_router.NAMES[kind])
+    with sglang_router.start(tmp_path / ("%s.log" % kind), kind=kind) as router:
+        host = replicas(router_url=router.url, router_type=kind, engine=engine)
+        run = host.play("v1")
+        assert run.rc == 0, run.stdout[-4000:]
+        wanted = dict((url, True) for url in host.urls())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and listed(router.url) != wanted:
+            time.sleep(0.2)
+        assert listed(router.url) == wanted
+        before = host.pids()
+        with Load(router.url) as load:
+            time.sleep(1)
+            warm_sent = load.sent
+            run = host.play("v2")
+            time.sleep(0.5)
+        print("%s: requests sent %d, failed %d" % (sglang_router.NAMES[kind], load.sent, load.failed))
+        assert run.rc == 0, run.stdout[-4000:]
+        assert load.sent > warm_sent + 20, "the load ran through the whole switch"
+        assert load.failed == 0, load.errors[:5]
+        assert host.variants() == dict((name, "v2") for name in NAMES)
+        assert all(host.pids()[name] != before[name] for name in NAMES)
+        assert listed(router.url) == wanted
 
 
 def test_without_the_router_integration_the_same_switch_fails_requests(router, replicas):

@@ -30,6 +30,8 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from stream_server import read_chunked  # this file's own directory is sys.path[0]
+
 
 def main(argv):
     parser = argparse.ArgumentParser()
@@ -90,8 +92,11 @@ def main(argv):
                 self._send(404, {"error": "not found"})
 
         def do_POST(self):
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():  # as smg 1.13.0 forwards
+                body = json.loads(read_chunked(self.rfile) or b"{}")
+            else:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
             if args.mode == "broken":
                 self._send(500, {"error": "CUDA error: an illegal memory access was encountered"})
             elif not self.ready():

@@ -21,6 +21,8 @@ import socketserver
 import sys
 import time
 
+from stream_server import dechunk  # this file's own directory is sys.path[0]
+
 MODELS = json.dumps({"object": "list", "data": [{"id": "hostile", "object": "model"}]}).encode()
 MB = 1024 * 1024
 
@@ -81,12 +83,19 @@ class Handler(socketserver.BaseRequestHandler):
         head, dummy, rest = data.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         method, path = lines[0].split(" ")[:2]
-        length = 0
+        length, chunked = 0, False
         for line in lines[1:]:
             key, dummy, value = line.partition(":")
             if key.strip().lower() == "content-length":
                 length = int(value.strip())
-        while len(rest) < length:
+            if key.strip().lower() == "transfer-encoding" and "chunked" in value.lower():
+                chunked = True  # as smg 1.13.0 forwards request bodies
+        while chunked and dechunk(rest, 0) is None:
+            piece = self.request.recv(65536)
+            if not piece:
+                return None
+            rest += piece
+        while not chunked and len(rest) < length:
             piece = self.request.recv(65536)
             if not piece:
                 return None

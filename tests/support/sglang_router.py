@@ -1,8 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Start and stop the real sglang-router (build/router-venv, `make router-env`: the version pinned in
-tests/support/router-requirements.txt) on loopback, for tests.
+"""Start and stop a real router on loopback, for tests: sglang-router (build/router-venv, `make router-env`: the
+version pinned in tests/support/router-requirements.txt), and beside it smg 1.13.0 (build/router-venv-smg,
+`smg launch`) and vllm-router 0.1.17 (build/router-venv-vllm, `vllm-router`), each pinned in its own
+tests/support/router-requirements-KIND.txt. start(..., kind=KIND) picks one; each takes the flags below
+(vllm-router has no --shutdown-grace-period-secs), each read in its own `--help` of that version.
 
 The flags, each read in sglang-router 0.3.2 (`python -m sglang_router.launch_router --help`, its
 sglang_router/router_args.py, and the Rust source of that release, commit c7f9bf9f563c "[smg] release 0.3.2"
@@ -51,9 +54,32 @@ FLAGS = ["--policy", "round_robin",
          "--log-level", "info"]
 
 
-def available():
-    """Whether build/router-venv holds sglang-router (make router-env)."""
-    return os.access(PYTHON, os.X_OK) and os.path.isfile(os.path.join(VENV, ".installed"))
+KINDS = ("sglang", "smg", "vllm")
+VENVS = {"sglang": VENV, "smg": os.path.join(ROOT, "build", "router-venv-smg"),
+         "vllm": os.path.join(ROOT, "build", "router-venv-vllm")}
+NAMES = {"sglang": "sglang-router 0.3.2", "smg": "smg 1.13.0", "vllm": "vllm-router 0.1.17"}
+
+
+def command(kind):
+    """The router's own launcher in its environment."""
+    venv = VENVS[kind]
+    if kind == "sglang":
+        return [os.path.join(venv, "bin", "python"), "-m", "sglang_router.launch_router"]
+    if kind == "smg":
+        return [os.path.join(venv, "bin", "smg"), "launch"]
+    return [os.path.join(venv, "bin", "vllm-router")]
+
+
+def flags(kind):
+    if kind == "vllm":  # no --shutdown-grace-period-secs in vllm-router 0.1.17
+        i = FLAGS.index("--shutdown-grace-period-secs")
+        return FLAGS[:i] + FLAGS[i + 2:]
+    return list(FLAGS)
+
+
+def available(kind="sglang"):
+    """Whether build/router-venv(-KIND) holds the router (make router-env)."""
+    return os.access(command(kind)[0], os.X_OK) and os.path.isfile(os.path.join(VENVS[kind], ".installed"))
 
 
 def free_port():
@@ -106,15 +132,15 @@ class Router(object):
         self.stop()
 
 
-def start(log, worker_urls=(), api_key=None, extra=(), timeout=30.0, host="127.0.0.1"):
-    """Start the router on a free port of host (loopback by default; 0.0.0.0 for hosts in other network
-    namespaces), with worker_urls (none by default), and wait until it answers GET /workers on loopback.
-    Returns a Router; raises RuntimeError (with its log's tail) when it does not come up."""
-    if not available():
-        raise RuntimeError("no sglang-router in %s: run `make router-env`" % VENV)
+def start(log, worker_urls=(), api_key=None, extra=(), timeout=30.0, host="127.0.0.1", kind="sglang"):
+    """Start the router (kind: sglang, smg or vllm) on a free port of host (loopback by default; 0.0.0.0 for
+    hosts in other network namespaces), with worker_urls (none by default), and wait until it answers GET
+    /workers on loopback. Returns a Router; raises RuntimeError (with its log's tail) when it does not come up."""
+    if not available(kind):
+        raise RuntimeError("no %s in %s: run `make router-env`" % (NAMES[kind], VENVS[kind]))
     port, prometheus_port = free_port(), free_port()
-    argv = [PYTHON, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port)] + FLAGS
+    argv = command(kind) + ["--host", host, "--port", str(port),
+                            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port)] + flags(kind)
     if worker_urls:
         argv += ["--worker-urls"] + list(worker_urls)
     if api_key:
@@ -124,16 +150,17 @@ def start(log, worker_urls=(), api_key=None, extra=(), timeout=30.0, host="127.0
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     router = Router(proc, port, prometheus_port, log, api_key)
+    router.kind = kind
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            raise RuntimeError("sglang-router exited with %s:\n%s" % (proc.returncode, router.log_tail()))
+            raise RuntimeError("%s exited with %s:\n%s" % (NAMES[kind], proc.returncode, router.log_tail()))
         try:
             router.workers()
             return router
         except (OSError, ValueError, KeyError):
             if time.monotonic() > deadline:
                 router.stop()
-                raise RuntimeError("sglang-router did not answer GET /workers within %gs:\n%s"
-                                   % (timeout, router.log_tail()))
+                raise RuntimeError("%s did not answer GET /workers within %gs:\n%s"
+                                   % (NAMES[kind], timeout, router.log_tail()))
             time.sleep(0.1)

@@ -186,6 +186,13 @@ class Server(object):
         for e, series in enumerate(self.series):
             for pos, count in enumerate(series["per_pos"]):
                 lines.append('%s_total{engine="%d",model_name="%s",position="%d"} %.1f' % (name, e, cfg.models[0], pos, count))
+        # the in-flight gauge (vllm/v1/metrics/loggers.py PrometheusStatLogger: gauge_scheduler_running, one series
+        # per engine): the requests generating now, all on engine 0 here, the others' series 0
+        lines += ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                  "# TYPE vllm:num_requests_running gauge"]
+        for e in range(len(self.series)):
+            lines.append('vllm:num_requests_running{engine="%d",model_name="%s"} %.1f'
+                         % (e, cfg.models[0], (self.active + self.unstreamed) if e == 0 else 0))
         return "\n".join(lines) + "\n"
 
     def _sglang_metrics(self):
@@ -443,6 +450,57 @@ class _Stream(object):
         self.conn.done(self.keep)
 
 
+def dechunk(buf, start):
+    """A Transfer-Encoding: chunked body in ``buf`` from ``start`` (RFC 9112 7.1): (body, end of the message) once
+    the zero-size chunk and the trailer section are all there, None while some is still coming. Chunk extensions
+    and trailer fields are read past. Raises ValueError on a size that is not hex."""
+    body, pos = [], start
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size_text = buf[pos:eol].split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise ValueError("chunk size %r is not hexadecimal" % size_text[:20])
+        if size < 0:
+            raise ValueError("negative chunk size")
+        pos = eol + 2
+        if size == 0:
+            while True:  # trailer fields, then the empty line
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    return None
+                if eol == pos:
+                    return b"".join(body), eol + 2
+                pos = eol + 2
+        if len(buf) < pos + size + 2:
+            return None
+        body.append(buf[pos:pos + size])
+        if buf[pos + size:pos + size + 2] != b"\r\n":
+            raise ValueError("chunk of %d bytes not followed by CRLF" % size)
+        pos += size + 2
+
+
+def read_chunked(rfile):
+    """The same from a blocking file (http.server's rfile): the decoded body."""
+    body = []
+    while True:
+        line = rfile.readline(65537)
+        size_text = line.split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise ValueError("chunk size %r is not hexadecimal" % size_text[:20])
+        if size == 0:
+            while rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                pass
+            return b"".join(body)
+        body.append(rfile.read(size))
+        rfile.readline(3)
+
+
 class _Conn(asyncio.Protocol):
     """One client connection: parses requests from its reads (arrival stamped on the read that
     completes a request), one at a time; keep-alive unless the response is close-delimited."""
@@ -480,11 +538,24 @@ class _Conn(asyncio.Protocol):
             key, sep, value = line.partition(":")
             if sep:
                 headers[key.strip().lower()] = value.strip()
-        length = int(headers.get("content-length") or 0)
-        if len(self.buf) < end + 4 + length:
-            return  # the body is still coming
-        body = self.buf[end + 4:end + 4 + length]
-        self.buf = self.buf[end + 4 + length:]
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            # smg 1.13.0 forwards request bodies with Transfer-Encoding: chunked and no Content-Length
+            try:
+                got = dechunk(self.buf, end + 4)
+            except ValueError as exc:
+                self.buf = b""
+                self.respond(400, {"error": {"message": "bad chunked body: %s" % exc}})
+                return
+            if got is None:
+                return  # the body is still coming
+            body, stop = got
+            self.buf = self.buf[stop:]
+        else:
+            length = int(headers.get("content-length") or 0)
+            if len(self.buf) < end + 4 + length:
+                return  # the body is still coming
+            body = self.buf[end + 4:end + 4 + length]
+            self.buf = self.buf[end + 4 + length:]
         try:
             method, target, dummy = lines[0].split(" ", 2)
         except ValueError:

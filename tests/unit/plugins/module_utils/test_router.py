@@ -315,7 +315,8 @@ def test_drained_waits_until_every_series_reads_zero(clock):
     fake.metrics[("127.0.0.1", 8001)] = [gauge(3, 1), gauge(1, 0), gauge(0, 1), gauge(0, 0)]
     out = _router.drained("http://127.0.0.1:8001/metrics", "sglang:num_running_reqs", 5.0, request=fake,
                           clock=clock, sleep=clock.sleep)
-    assert out == {"drained_s": pytest.approx(0.3), "drain_value": 0.0}
+    assert out == {"drained_s": pytest.approx(0.3), "drain_value": 0.0, "engine_ended": None,
+                   "drain": "sglang:num_running_reqs read 0"}
 
 
 def test_drained_times_out_naming_the_last_value(clock):
@@ -361,7 +362,9 @@ def test_unreachable_metrics_fail_at_the_timeout_naming_the_error(clock):
 
 def test_without_a_metric_the_drain_is_the_fixed_wait(clock):
     out = _router.drained("http://127.0.0.1:8001/metrics", None, 7.5, request=None, clock=clock, sleep=clock.sleep)
-    assert out == {"drained_s": 7.5, "drain_value": None} and clock.slept == [7.5]
+    assert out == {"drained_s": 7.5, "drain_value": None, "engine_ended": None,
+                   "drain": "no in-flight reading (no engine gauge, and the router counts none): waited the whole "
+                            "drain_timeout of 7.5s"} and clock.slept == [7.5]
     clock.slept[:] = []
     assert _router.drained("http://h:1/metrics", "", 0.0, clock=clock, sleep=clock.sleep)["drained_s"] == 0.0
     assert clock.slept == []

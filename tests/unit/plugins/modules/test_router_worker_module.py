@@ -108,7 +108,7 @@ def run_module(capsys, check=False, diff=False, **args):
     (dict(drain_timeout=-5), "drain_timeout must be 0 or more seconds, got -5.0"),
     (dict(drain_metric="num running"), "drain_metric must be a Prometheus metric name"),
     (dict(state="drained"), "value of state must be one of: present, absent, got: drained"),
-    (dict(router_type="nginx"), "value of router_type must be one of: sglang, none, got: nginx"),
+    (dict(router_type="nginx"), "value of router_type must be one of: sglang, smg, vllm, none, auto, got: nginx"),
 ])
 def test_bad_input_is_refused_naming_the_parameter(capsys, router, args, msg):
     url, state = router
@@ -158,7 +158,9 @@ def test_check_mode_changes_nothing(capsys, router):
     code, result, dummy = run_module(capsys, check=True, router_url=url, worker_url=url, api_key=KEY, state="absent",
                                      drain_timeout=30)
     assert code == 0 and result["changed"] is True and result["listed"] is True and result["drained_s"] is None
-    assert [m for m, p, b, k in state.requests] == ["GET", "GET"] and len(state.workers) == 1
+    # the key's role is asked without a change: a DELETE of a random UUID (404 for an admin key, 403 for a user one)
+    assert [m for m, p, b, k in state.requests] == ["GET", "GET", "DELETE"] and len(state.workers) == 1
+    assert state.requests[-1][1] != "/workers/w1"
 
 
 def test_drain_that_does_not_end_fails_naming_the_value(capsys, router):

@@ -618,3 +618,30 @@ def test_switch_plan_refuses_what_is_not_a_plan(plan, plans, why):
 def test_switch_plan_refuses_plans_that_are_not_a_dict():
     with pytest.raises(rp.PlanError, match="must be a dict of instance"):
         rp.switch_plan(four(), ["r0"])
+
+
+# ---- serving_router checked at plan time, in the inventory's words, from _router's one list of types ----------
+
+@pytest.mark.parametrize("router, words", [
+    ({"type": "nginx", "url": "http://r:1"}, "serving_router.type: 'nginx' is not one of sglang, smg, vllm, none, "
+                                             "auto, command"),
+    ({"type": "smg", "url": "ftp://x"}, "serving_router.url must be an http:// or https:// URL"),
+    ({"type": "vllm", "url": ["http://r:1", "ftp://y"]}, "'ftp://y'"),
+    ({"type": "sglang"}, "serving_router.url is required with type sglang"),
+    ({"type": "smg", "url": []}, "serving_router.url must be an http(s) URL or a list of them"),
+    ({"type": "command", "remove": ["x"]}, "serving_router.add must be a non-empty argv list"),
+    ({"url": "http://r:1", "api_key": 5}, "serving_router.api_key must be a string"),
+])
+def test_serving_router_is_checked_in_the_inventory_words(router, words):
+    with pytest.raises(rp.PlanError) as err:
+        rp.instances_plan({"r0": {"gpus": [0], "port": 8001}, "r1": {"gpus": [1], "port": 8002}}, "demo",
+                                 router=router)
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["sglang", "smg", "vllm", "auto", "none", "command"])
+def test_every_router_type_is_taken(kind):
+    router = {"type": kind, "url": ["http://r:1", "http://r:2"]}
+    if kind == "command":
+        router = {"type": kind, "remove": ["rm", "{url}"], "add": ["add", "{url}"]}
+    assert rp.router_problems(router) == []
