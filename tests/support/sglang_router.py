@@ -132,13 +132,14 @@ class Router(object):
         self.stop()
 
 
-def start(log, worker_urls=(), api_key=None, extra=(), timeout=30.0, host="127.0.0.1", kind="sglang"):
+def start(log, worker_urls=(), api_key=None, extra=(), timeout=30.0, host="127.0.0.1", kind="sglang", port=None):
     """Start the router (kind: sglang, smg or vllm) on a free port of host (loopback by default; 0.0.0.0 for
-    hosts in other network namespaces), with worker_urls (none by default), and wait until it answers GET
-    /workers on loopback. Returns a Router; raises RuntimeError (with its log's tail) when it does not come up."""
+    hosts in other network namespaces), or on ``port`` (a restart where a stopped router served), with
+    worker_urls (none by default), and wait until it answers GET /workers on loopback. Returns a Router;
+    raises RuntimeError (with its log's tail) when it does not come up."""
     if not available(kind):
         raise RuntimeError("no %s in %s: run `make router-env`" % (NAMES[kind], VENVS[kind]))
-    port, prometheus_port = free_port(), free_port()
+    port, prometheus_port = port or free_port(), free_port()
     argv = command(kind) + ["--host", host, "--port", str(port),
                             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port)] + flags(kind)
     if worker_urls:

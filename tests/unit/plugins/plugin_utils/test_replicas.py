@@ -620,23 +620,203 @@ def test_switch_plan_refuses_plans_that_are_not_a_dict():
         rp.switch_plan(four(), ["r0"])
 
 
-# ---- serving_router checked at plan time, in the inventory's words, from _router's one list of types ----------
+# ---- the router before the instances, and router membership as converged state (issue 34) ----------------
 
-@pytest.mark.parametrize("router, words", [
-    ({"type": "nginx", "url": "http://r:1"}, "serving_router.type: 'nginx' is not one of sglang, smg, vllm, none, "
-                                             "auto, command"),
-    ({"type": "smg", "url": "ftp://x"}, "serving_router.url must be an http:// or https:// URL"),
-    ({"type": "vllm", "url": ["http://r:1", "ftp://y"]}, "'ftp://y'"),
-    ({"type": "sglang"}, "serving_router.url is required with type sglang"),
-    ({"type": "smg", "url": []}, "serving_router.url must be an http(s) URL or a list of them"),
-    ({"type": "command", "remove": ["x"]}, "serving_router.add must be a non-empty argv list"),
-    ({"url": "http://r:1", "api_key": 5}, "serving_router.api_key must be a string"),
+@pytest.mark.parametrize("router, drain_timeout, why", [
+    ({"type": "sglang", "url": "ftp://x"}, None, "serving_router.url: 'ftp://x' is not an http(s) URL"),
+    ({"url": "router:30080"}, None, "serving_router.url: 'router:30080' is not an http(s) URL"),
+    ({"type": "sglang"}, None, "serving_router.url: type sglang needs the router's URL"),
+    ({"type": "nginx", "url": "http://r:1"}, None, "serving_router.type: 'nginx' is not a router type; allowed: "
+                                                   "sglang, smg, vllm, none, auto"),
+    ({"type": "vllm", "url": ["http://r:1", "ftp://y"]}, None, "serving_router.url: 'ftp://y' is not an http(s) URL"),
+    ({"type": "smg", "url": []}, None, "serving_router.url: type smg needs the router's URL"),
+    ({"type": "command", "remove": [], "add": ["lb", "add"]}, None, "serving_router.remove: type command needs"),
+    ({"type": "command", "remove": ["lb"], "add": "lb add"}, None, "serving_router.add: type command needs"),
+    ({"url": "http://r:1", "api_key": 1234}, None, "serving_router.api_key must be a string"),
+    ({"url": "http://r:1", "worker_host": "http://x/"}, None, "serving_router.worker_host: 'http://x/' is not"),
+    ("http://r:1", None, "serving_router must be a dict"),
+    ({"url": "http://r:1"}, -1, "serving_drain_timeout: -1 must be a number of seconds above 0"),
+    ({"url": "http://r:1"}, 0, "serving_drain_timeout: 0 must be a number of seconds above 0"),
+    ({"url": "http://r:1"}, "soon", "serving_drain_timeout: soon must be"),
+    (None, True, "serving_drain_timeout: True must be"),
 ])
-def test_serving_router_is_checked_in_the_inventory_words(router, words):
-    with pytest.raises(rp.PlanError) as err:
-        rp.instances_plan({"r0": {"gpus": [0], "port": 8001}, "r1": {"gpus": [1], "port": 8002}}, "demo",
-                                 router=router)
-    assert words in str(err.value)
+def test_router_settings_are_refused_in_the_inventorys_words(router, drain_timeout, why):
+    problems = rp.router_problems(router, drain_timeout)
+    assert len(problems) == 1 and problems[0].startswith(why), problems
+    refused(FOUR, why, router=router, drain_timeout=drain_timeout)
+
+
+def test_a_router_key_is_never_echoed():
+    assert "s3cret" not in " ".join(rp.router_problems({"url": "ftp://x", "api_key": ["s3cret"]}))
+
+
+@pytest.mark.parametrize("router, drain_timeout", [
+    (None, None), ({}, None), ({"url": "http://r:30080"}, 60), ({"type": "sglang", "url": "https://r/prefix"}, "0.5"),
+    ({"type": "command", "remove": ["lb", "rm", "{url}"], "add": ["lb", "add", "{url}"]}, 1),
+    ({"url": "http://r:1", "api_key": "", "worker_host": "10.0.0.5"}, None),
+])
+def test_good_router_settings_pass(router, drain_timeout):
+    assert rp.router_problems(router, drain_timeout) == []
+    assert plan(FOUR, router=router, drain_timeout=drain_timeout)["replicated"] is True
+
+
+def test_the_router_types_are_router_workers_own_and_command():
+    from ansible_collections.inferops.serving.plugins.module_utils import _router
+    assert rp.ROUTER_TYPES == _router.ROUTER_TYPES + ("command",) == _router.ROLE_ROUTER_TYPES
+
+
+@pytest.mark.parametrize("router, kind", [
+    (None, "sglang"), ({}, "sglang"), ({"url": "http://r:1"}, "sglang"), ({"type": "sglang"}, "sglang"),
+    ({"type": "command"}, "none"),
+])
+def test_router_type_is_what_router_worker_gets(router, kind):
+    assert rp.router_type(router) == kind
+
+
+R0 = {"instance": "r0", "port": 30000, "router": None}
+
+
+@pytest.mark.parametrize("instance, router, serving_host, address, url", [
+    (R0, {}, "", "gpu7", "http://gpu7:30000"),
+    (R0, {}, "10.0.0.5", "gpu7", "http://10.0.0.5:30000"),
+    (R0, {}, "0.0.0.0", "gpu7", "http://gpu7:30000"),
+    (R0, {}, "::", "gpu7", "http://gpu7:30000"),
+    (R0, {"worker_host": "10.1.1.1"}, "10.0.0.5", "gpu7", "http://10.1.1.1:30000"),
+    (R0, None, "", "fd00::7", "http://[fd00::7]:30000"),
+    (dict(R0, router={"worker_url": "http://lb-side:9"}), {"worker_host": "x"}, "", "gpu7", "http://lb-side:9"),
+])
+def test_the_worker_url_of_an_instance(instance, router, serving_host, address, url):
+    assert rp.worker_url(instance, router, serving_host, address) == url
+
+
+TWO = [dict(R0, selected=True), {"instance": "r1", "port": 30001, "router": None, "selected": True}]
+
+
+def test_membership_matches_each_instance_as_router_worker_does():
+    listing = {"workers": [{"url": "http://LOCALHOST:30000/", "is_healthy": True},
+                           {"url": "http://127.0.0.1:30002", "is_healthy": True}]}
+    out = rp.router_membership(listing, TWO, {}, "127.0.0.1", "h")
+    assert out == {"r0": {"listed": True, "healthy": True, "worker_url": "http://127.0.0.1:30000"},
+                   "r1": {"listed": False, "healthy": False, "worker_url": "http://127.0.0.1:30001"}}
+    unhealthy = rp.router_membership({"workers": [{"url": "http://127.0.0.1:30001", "is_healthy": False}]}, TWO,
+                                     None, "127.0.0.1")
+    assert unhealthy["r1"] == {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:30001"}
+
+
+@pytest.mark.parametrize("listing", [None, {}, {"skipped": True, "changed": False}, "text"])
+def test_no_listing_read_is_no_membership(listing):
+    assert rp.router_membership(listing, TWO) is None
+
+
+def test_membership_refuses_instances_that_are_not_a_list():
+    with pytest.raises(rp.PlanError, match="instances_plan's instances"):
+        rp.router_membership({"workers": []}, {"r0": 1})
+
+
+@pytest.mark.parametrize("membership, action", [
+    (None, "keep"), ({"listed": True, "healthy": True}, "keep"),
+    ({"listed": False, "healthy": False}, "add"), ({"listed": True, "healthy": False}, "add"),
+])
+def test_a_kept_server_its_router_does_not_list_healthy_is_added(membership, action):
+    assert rp.converge_action(KEEP_RESULT, membership) == action
+    assert rp.converge_action(switching(), membership) == "switch", "a switch puts it back anyway"
+
+
+def test_a_check_mode_plan_of_a_switch_has_a_null_outcome_and_reports_no_change():
+    assert rp.converge_action({"changed": False, "outcome": None, "healthy": None}) == "switch"
+    assert rp.converge_action({"changed": False}) == "keep"
+
+
+def test_instances_not_listed_go_back_into_their_router_and_are_never_taken_out():
+    plans = {"r0": {"result": KEEP_RESULT}, "r1": {"result": switching()}, "r2": {"result": KEEP_RESULT},
+             "r3": {"result": KEEP_RESULT}}
+    membership = {"r0": {"listed": False, "healthy": False}, "r1": {"listed": False, "healthy": False},
+                  "r2": {"listed": True, "healthy": False}, "r3": {"listed": True, "healthy": True}}
+    out = rp.switch_plan(four(), plans, membership=membership)
+    assert out["actions"] == {"r0": "add", "r1": "switch", "r2": "add", "r3": "keep"}
+    assert out["adding"] == ["r0", "r2"] and out["switching"] == ["r1"] and out["batches"] == [["r1"]]
+    assert out["switches"] is True
+    assert out["says"] == ["r0: keep, not in its router: would add it back", "r1: switch",
+                           "r2: keep, listed unhealthy: would add it back", "r3: keep"]
+    assert out["added"] == {"r0": "r0 serves v2; it was not in its router: added back",
+                            "r2": "r2 serves v2; it was listed unhealthy: added back"}
+
+
+def test_a_converged_host_whose_router_lost_its_list_changes_nothing_but_the_router():
+    plans = dict(("r%d" % i, {"result": KEEP_RESULT}) for i in range(4))
+    gone = dict(("r%d" % i, {"listed": False, "healthy": False}) for i in range(4))
+    out = rp.switch_plan(four(), plans, membership=gone)
+    assert out["adding"] == ["r0", "r1", "r2", "r3"] and out["batches"] == [] and out["switches"] is False
+    measured = rp.switch_plan(four(), plans, bench_always=True, membership=gone)
+    assert measured["adding"] == [] and measured["switching"] == ["r0", "r1", "r2", "r3"], "out and in anyway"
+    assert rp.switch_plan(four(), plans)["adding"] == [], "no listing read: nothing to add"
+
+
+def test_the_summary_says_each_instances_outcome_in_the_modules_words_and_whether_it_is_listed():
+    plans = {"r0": {"result": KEEP_RESULT}, "r1": {"result": switching()}, "r2": {"result": switching()},
+             "r3": {"result": KEEP_RESULT}}
+    membership = dict((n, {"listed": True, "healthy": True}) for n in ("r1", "r2", "r3"))
+    membership["r0"] = {"listed": False, "healthy": False}
+    plan = rp.switch_plan(four(), plans, membership=membership)
+    results = {"r1": {"outcome": "ready", "variant": "v1", "pid": 7}}
+    out = rp.replicas_summary(plan, results, {"r1": True}, None, "h")
+    assert out["lines"] == ["h r0: unchanged, serves v2; listed in its router",
+                            "h r1: ready, serves v1; listed in its router",
+                            "h r2: not switched (a batch before it failed); listed in its router",
+                            "h r3: unchanged, serves v2; listed in its router"]
+    rolled = rp.replicas_summary(plan, {}, {"r1": True}, {"instance": "r1", "outcome": "rolled_back", "previous": "v2"})
+    assert rolled["lines"][1] == "r1: rolled_back: ROLLED BACK: v2 serves again; listed in its router"
+    refused = rp.replicas_summary(plan, {}, {}, {"instance": "r1", "outcome": None})
+    assert refused["instances"]["r1"] == {"outcome": "nothing_stopped", "words": "nothing was stopped",
+                                          "variant": "v1", "listed": True}, "what it served before, still listed"
+    lost = rp.replicas_summary(plan, {}, {"r1": False}, {"instance": "r1", "outcome": "restore_failed",
+                                                          "outcome_msg": "RESTORE FAILED: nothing serves"})
+    assert lost["lines"][1] == "r1: restore_failed: RESTORE FAILED: nothing serves; NOT in its router"
+    assert lost["lines"][0] == "r0: unchanged, serves v2; NOT in its router", "a failed run added nothing back"
+
+
+def test_the_summary_of_a_check_mode_run_says_what_would_switch():
+    plan = rp.switch_plan(four("r0"), {"r0": {"result": switching()}})
+    out = rp.replicas_summary(plan, {"r0": {"outcome": None, "variant": "v1"}})
+    assert out["lines"] == ["r0: would switch to v1; its router was not read"]
+
+
+FIRST = {"changed": True, "outcome": "loading", "loading": True, "healthy": None, "ready_s": None, "pid": 7}
+JOB = {"finished": 1, "healthy": True, "loading": False, "ready_s": 3.5, "resolved": {"digest": "d"}, "pid": 9}
+
+
+@pytest.mark.parametrize("first, job, plan, wanted", [
+    (FIRST, JOB, None, dict(FIRST, healthy=True, loading=False, ready_s=3.5, resolved={"digest": "d"})),
+    (FIRST, dict(JOB, finished=0), None, FIRST),
+    (FIRST, dict(JOB, failed=True), None, FIRST),
+    (FIRST, {"skipped": True}, None, FIRST),
+    (dict(FIRST, loading=False), JOB, None, dict(FIRST, loading=False)),
+    ({"skipped": True, "changed": False}, None, {"outcome": None, "changed": False}, {"outcome": None, "changed": False}),
+    (None, None, {"outcome": "unchanged"}, {"outcome": "unchanged"}),
+    (None, None, None, {}),
+])
+def test_the_converge_result_is_the_first_call_joined_by_the_wait_else_the_plan(first, job, plan, wanted):
+    assert rp.converge_result(first, job, plan) == wanted
+
+
+@pytest.mark.parametrize("mode, switching, enabled, bench, check_mode, wanted", [
+    ("auto", True, True, {"concurrency": [1]}, False, True),
+    ("auto", False, True, {"concurrency": [1]}, False, False),
+    ("always", False, True, {"concurrency": [1]}, False, True),
+    ("never", True, True, {"concurrency": [1]}, False, False),
+    ("always", True, "false", {"concurrency": [1]}, False, False),
+    ("always", True, True, {}, False, False),
+    ("always", True, True, {"concurrency": [1]}, True, False),
+])
+def test_bench_now(mode, switching, enabled, bench, check_mode, wanted):
+    assert rp.bench_now(mode, switching, enabled, bench, check_mode) is wanted
+
+
+def test_the_gpu_check_of_the_server_in_scope():
+    host = {"reclaim": True, "whole_host": True, "timeout": 5}
+    assert rp.gpu_check_params(None, host) == {"reclaim": True, "timeout": 5}, "whole_host is never passed on"
+    assert rp.gpu_check_params({"instance": "r0", "gpu_check": {"gpus": [0, 1]}}, host) == {"gpus": [0, 1]}
+    assert rp.gpu_check_params(None, None) == {}
 
 
 @pytest.mark.parametrize("kind", ["sglang", "smg", "vllm", "auto", "none", "command"])
@@ -645,3 +825,4 @@ def test_every_router_type_is_taken(kind):
     if kind == "command":
         router = {"type": kind, "remove": ["rm", "{url}"], "add": ["add", "{url}"]}
     assert rp.router_problems(router) == []
+    assert rp.router_problems({"type": "none"}) == []  # no router API: no URL needed
