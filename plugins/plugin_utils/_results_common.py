@@ -50,6 +50,11 @@ def bench_levels(result):
     return [level for level in levels if is_level(level)]
 
 
+def conc_key(conc):
+    """A sort key of concurrencies: numbers in order, then anything else by its text."""
+    return (not isinstance(conc, (int, float)), conc if isinstance(conc, (int, float)) else str(conc))
+
+
 def repeat_index(value):
     """The 0-based repeat index of a benchmark's labels: an int, a string of digits read as one, else None."""
     if isinstance(value, bool):

@@ -125,5 +125,6 @@ def test_plugin_utils_has_no_import_cycle():
     graph = _imports_among_plugin_utils()
     assert "_bench_facts" not in graph
     assert graph["_results_common"] == set()
-    assert graph["_compare"] == {"_results_common", "_resolved_diff", "_steady"}
+    assert graph["_compare"] == {"_results_common", "_resolved_diff", "_steady", "_stats", "_compare_render", "_compare_schedule"}
+    assert graph["_stats"] == set()
     assert [name for name in sorted(graph) if name in _reachable(graph, name)] == []
