@@ -71,6 +71,8 @@ class PlaybookRun(object):
 def pytest_configure(config):
     config.addinivalue_line("markers", "timing: compares measured times with a server of known timing to a few per cent; "
                             "`make integration` runs these alone, after the others, so that no other test loads the CPU")
+    config.addinivalue_line("markers", "slow_sim: a seeded simulation of thousands of series (the regression gate's, the "
+                            "sequential compare's); the quick loop deselects them with -m 'not slow_sim'")
 
 
 @pytest.fixture

@@ -116,7 +116,7 @@ def _level_table(out, recs, previous):
     out.append("")
 
 
-def summary_lines(records, previous, regressions):
+def summary_lines(records, previous, regressions, window=None):
     """The compact end-of-play table: tok/s aggregate and per request, speed-up vs the previous variant."""
     lines = []
     for (host, instance), recs in _by_server(records).items():
@@ -140,7 +140,8 @@ def summary_lines(records, previous, regressions):
     if regressions:
         lines.extend(regression_lines(regressions))
     elif records:
-        lines.append("bench_facts: no regression (against the previous run of each host + variant)")
+        lines.append("bench_facts: no regression (against the window of the last %s runs of each level, bench "
+                     "settings and kind)" % (window or "earlier"))
     return lines
 
 
@@ -185,7 +186,12 @@ def render_report(run, records, previous, regressions, threshold_pct, chart=None
     out.append("- plays: %s" % ", ".join(run.get("plays") or []) if run.get("plays") else "- plays: -")
     out.append("- time: %s" % run["time"])
     out.append("- ansible-core %s, inferops.serving %s" % (run.get("ansible_version"), run.get("collection_version")))
-    out.append("- regression threshold: %s %% (%s)" % (fmt(float(threshold_pct)), threshold_text()))
+    gate = run.get("regression_gate") or {}
+    out.append("- regression threshold: %s %% (%s)%s" % (
+        fmt(float(threshold_pct)), threshold_text(),
+        ", beyond the 95 %% prediction interval of the last %s runs" % gate["window"] if gate.get("window") else ""))
+    if gate.get("ack"):
+        out.append("- regression_ack: %s (the window of those levels restarts with this run)" % gate["ack"])
     out.append("")
     if regressions:
         out.append("## Regressions")

@@ -251,3 +251,23 @@ def fieller_ratio(base, variant, out):
     out["ci_high"] = (b + root) / a
     return out
 
+
+
+# ---- prediction intervals ---------------------------------------------------------------------------
+
+def prediction_interval(values, confidence=CONFIDENCE):
+    """(mean, low, high, df) of the ``confidence`` prediction interval of one new observation from the normal
+    population ``values`` came from: mean +- t((1 + confidence) / 2, n - 1) * s * sqrt(1 + 1 / n), s the sample
+    standard deviation. Not the interval of the mean: it also holds the new observation's own noise, so with
+    n runs known a stable new run falls outside it 1 - confidence of the time, for any n from 2 (Student,
+    as in Hahn and Meeker, Statistical Intervals, 1991, ch. 4). (mean, None, None, None) below 2 values;
+    (mean, mean, mean, None) when they are all equal (no noise seen)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError("confidence must be between 0 and 1 (both excluded), got %r" % (confidence,))
+    n, mean, var = moments([float(v) for v in values])
+    if var is None:
+        return mean, None, None, None
+    if var == 0.0:
+        return mean, mean, mean, None
+    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, n - 1) * math.sqrt(var * (1.0 + 1.0 / n))
+    return mean, mean - half, mean + half, n - 1
