@@ -42,11 +42,13 @@ import math
 from ansible_collections.inferops.serving.plugins.module_utils import _metrics
 from ansible_collections.inferops.serving.plugins.plugin_utils import _resolved_diff, _steady
 from ansible_collections.inferops.serving.plugins.plugin_utils._compare_render import lines as _lines, markdown_table
-from ansible_collections.inferops.serving.plugins.plugin_utils._compare_schedule import ORDERS, CompareError, schedule
+from ansible_collections.inferops.serving.plugins.plugin_utils._compare_schedule import (
+    MIN_EFFECT, ORDERS, CompareError, decision, schedule)
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import (
     COMPARED, DISTRIBUTIONS, bench_levels, conc_key as _conc_key, num)
 from ansible_collections.inferops.serving.plugins.plugin_utils._stats import (
-    ARITHMETIC, GEOMETRIC, RATIO_OF, bounded, fieller_ratio, log_moments, moments, t_interval, welch_log_ratio)
+    ARITHMETIC, CONFIDENCE, GEOMETRIC, RATIO_OF, bounded, fieller_ratio, log_moments, moments, sequential_confidence, t_interval,
+    welch_log_ratio)
 
 __all__ = ("ORDERS", "CompareError", "schedule", "markdown_table")  # kept here for the verdict's readers
 
@@ -117,7 +119,7 @@ def centre(values, metric=None):
     return mean, _bounded(low, metric, nonnegative), _bounded(high, metric, nonnegative), ARITHMETIC
 
 
-def ratio(base_values, variant_values, metric=None):
+def ratio(base_values, variant_values, metric=None, confidence=CONFIDENCE):
     """variant / base with a 95 % interval, significant when the interval excludes 1.
 
     Returns {ratio, ci_low, ci_high, significant, base_median, variant_median, estimate, df, why}:
@@ -139,10 +141,10 @@ def ratio(base_values, variant_values, metric=None):
                                           "the reference's side" if not base else "the variant's side")
         return out
     if _log_scale(base, metric) and _log_scale(variant, metric):
-        welch_log_ratio(base, variant, out)
+        welch_log_ratio(base, variant, out, confidence)
         out["estimate"] = RATIO_OF[GEOMETRIC]
     else:
-        fieller_ratio(base, variant, out)
+        fieller_ratio(base, variant, out, confidence)
         out["estimate"] = RATIO_OF[ARITHMETIC]
     if out["ratio"] is not None and (len(base) < 2 or len(variant) < 2):
         out["why"] = "one repeat on %s: no spread to measure the noise with" % (
@@ -302,7 +304,25 @@ def disqualified(summaries, measured, conc, required):
     return out
 
 
-def compare(host, results, order, objective_metric=None, slo_attainment=None, compare_order=None):
+def _sequential(given):
+    """compare()'s ``sequential`` in plain types (a role passes strings): looks, rounds, min_effect, stopped, budget_s."""
+    if not isinstance(given, dict) or "looks" not in given:
+        raise CompareError("sequential must be a dict with looks (the planned looks), rounds, min_effect and optionally "
+                           "stopped and budget_s, got %r" % (given,))
+    try:
+        out = {"looks": int(given["looks"]), "rounds": int(given.get("rounds") or 0),
+               "min_effect": float(given.get("min_effect") or MIN_EFFECT),
+               "budget_s": float(given["budget_s"]) if given.get("budget_s") not in (None, "") else None}
+    except (TypeError, ValueError):
+        raise CompareError("sequential: looks and rounds must be whole numbers, min_effect and budget_s numbers, got %r"
+                           % (given,))
+    if out["looks"] < 1:
+        raise CompareError("sequential: looks must be 1 or more, got %r" % (given["looks"],))
+    out["stopped"] = given.get("stopped") if given.get("stopped") not in ("", "None") else None
+    return out
+
+
+def compare(host, results, order, objective_metric=None, slo_attainment=None, compare_order=None, sequential=None):
     """Every variant of one host against the reference (the first in order that did not fail).
 
     ``results`` maps each variant to {"repeats": [[levels...], ...]} or {"failed": reason,
@@ -313,8 +333,17 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
     that concurrency is lower is disqualified; it is still compared, but it cannot win. ``compare_order``
     (blocked or interleaved, None when not told) is how the repeats ran; the reference's first and last
     repeat are in ``drift`` either way.
+
+    ``sequential`` (compare_until: decided): {looks, rounds, min_effect[, stopped]}: every ratio's interval is
+    the sequential one (_stats.sequential_confidence over the planned looks), valid at whichever look the
+    comparison stops; ``sequential`` in the result then also says each variant's decision at the objective
+    (_compare_schedule.decision) and, once told, why it stopped.
     """
     _check(host, results, order, objective_metric, slo_attainment)
+    confidence = CONFIDENCE
+    if sequential is not None:
+        sequential = _sequential(sequential)
+        confidence = sequential_confidence(sequential["looks"])
     if compare_order is not None and compare_order not in ORDERS:
         raise CompareError("compare_order must be one of %s, got %r" % (", ".join(ORDERS), compare_order))
     failed, summaries, measured = [], {}, []
@@ -344,7 +373,7 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
             for key in METRIC_KEYS:
                 if key not in base[level] or key not in mine[level]:
                     continue
-                est = ratio(base[level][key]["values"], mine[level][key]["values"], key)
+                est = ratio(base[level][key]["values"], mine[level][key]["values"], key, confidence)
                 improved = None
                 if est["significant"]:
                     improved = (est["ratio"] > 1.0) == (_BY_KEY[key].better == "higher")
@@ -354,7 +383,7 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
                                     "repeats": {"baseline": base[level][key]["n"], "variant": mine[level][key]["n"]},
                                     "significant": est["significant"], "improved": improved,
                                     "baseline_median": est["base_median"], "variant_median": est["variant_median"],
-                                    "estimate": est["estimate"], "why": est["why"]})
+                                    "estimate": est["estimate"], "why": est["why"], "confidence": confidence})
 
     out = disqualified(summaries, measured, conc, slo_attainment) if slo_attainment is not None and conc is not None else []
     for row in out:
@@ -368,6 +397,8 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
     # a level measured before its server was steady (throughput_bench's warm-up ran out) is named
     result["unsteady"] = _steady.unsteady_levels(results, measured)
     result["resolved"] = resolved_settings(results, reference, measured[1:])
+    if sequential is not None:
+        result["sequential"] = dict(sequential, confidence=confidence, decisions=decision(result, sequential["min_effect"]))
     result["lines"] = _lines(result, order)
     return result
 

@@ -48,6 +48,15 @@ def lines(result, order):
         else:
             verdict = "significant" if row["significant"] else "not significant"
             lines.append("%s \u00d7%.2f [%.2f, %.2f] %s" % (head, row["ratio"], row["ci_low"], row["ci_high"], verdict))
+    seq = result.get("sequential")
+    if seq:
+        why = {"decided": "every variant decided", "budget": "the budget of %s s ran out" % fmt(seq.get("budget_s"), 0),
+               "maximum": "compare_max_repeats reached"}.get(seq.get("stopped"), "not yet")
+        decided = ", ".join("%s %s" % (name, said or "undecided") for name, said in (seq.get("decisions") or {}).items())
+        lines.append("compare %s: ran %d round(s), stopped: %s (%s); %s; intervals valid at any of %d planned looks "
+                     "(each at %s %%, Bonferroni over the looks)"
+                     % (host, seq.get("rounds") or 0, seq.get("stopped") or "-", why, decided or "nothing to decide",
+                        seq["looks"], ("%.3f" % (100.0 * seq["confidence"])).rstrip("0").rstrip(".")))
     for row in result["disqualified"]:
         met = ("%.0f %% of requests met the SLO (mean of %d)" % (100.0 * row["slo_attainment"], row["n"])
                if row["slo_attainment"] is not None else "no SLO attainment was measured")
