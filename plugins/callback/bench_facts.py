@@ -50,7 +50,10 @@ options:
   results_dir:
     description:
       - Directory for the run files, the history and the reports. Created when missing.
-      - Default is C(results/) beside the (first) playbook.
+      - Default is C(results/) beside the (first) playbook; for a playbook of an installed collection
+        (C(ansible-playbook inferops.serving.X)), whose files C(ansible-galaxy collection install --force)
+        deletes, C($XDG_DATA_HOME/inferops/results), else C(~/.local/share/inferops/results). A history left
+        inside the installed collection by an earlier version is named with how to move it, never deleted.
     type: path
     env:
       - name: INFEROPS_RESULTS_DIR
@@ -208,6 +211,12 @@ class CallbackModule(CallbackBase):
         except Exception as exc:  # never fail or lose the play over our bookkeeping
             self._display.warning("bench_facts: results not recorded: %s" % exc)
             return
+        try:
+            old = _results_dir.stranded(results_dir, os.path.dirname(os.path.abspath(self.playbook)) if self.playbook else None)
+        except OSError:
+            old = None
+        if old:
+            self.outcome.warnings.append(old)
         for warning in self.outcome.warnings:
             self._display.warning(warning)
         self._display.display("")
