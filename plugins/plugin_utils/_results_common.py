@@ -98,7 +98,7 @@ BY_KEY = dict((metric.key, metric) for metric in METRICS)
 # (bench_facts); the columns of a bench_summary row (identity first)
 COMPARED = tuple(sorted((m for m in METRICS if m.compared is not None), key=lambda m: m.compared))
 REGRESSION_METRICS = tuple(m for m in METRICS if m.regression)
-SUMMARY_KEYS = IDENTITY_KEYS + tuple(m.key for m in METRICS if m.summary)
+SUMMARY_KEYS = IDENTITY_KEYS + ("repeat",) + tuple(m.key for m in METRICS if m.summary)
 
 
 # ---- formatting -------------------------------------------------------------------------------
