@@ -7,8 +7,6 @@ the variant comparison with compare's tables, a table per host, speed-ups betwee
 
 from __future__ import annotations
 
-import statistics
-
 from ansible_collections.inferops.serving.plugins.plugin_utils import _compare
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import BY_KEY, fmt, level_key, md_escape, num
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_regressions import regression_lines, threshold_text
@@ -62,14 +60,14 @@ def _variants(recs):
 
 
 def _index(recs):
-    """{(variant, concurrency): {"output_throughput": median}}: the figure ratios between variants use, the
-    median over the repeats of a comparison (a single run: its own figure)."""
+    """{(variant, concurrency): {"output_throughput": figure}}: the figure ratios between variants use, the
+    compare verdict's own (_compare.centre: the geometric mean over the repeats; a single run: its own figure)."""
     values = {}
     for rec in recs:
         slot = values.setdefault((rec["variant"], rec["concurrency"]), [])
         if num(rec.get("output_throughput")) is not None:
             slot.append(rec["output_throughput"])
-    return dict((key, {"output_throughput": statistics.median(found) if found else None})
+    return dict((key, {"output_throughput": _compare.centre(found, _compare.THROUGHPUT)[0] if found else None})
                 for key, found in values.items())
 
 
