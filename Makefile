@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
+.PHONY: help setup test lint sanity units check conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -55,6 +55,9 @@ sanity: setup ## ansible-test sanity on a copy of the tree
 
 units: setup ## unit tests
 	python -m pytest -q tests/unit
+
+check: setup ## the quick loop: unit tests without the long seeded simulations (marker slow_sim; `make units` runs them)
+	python -m pytest -q -m "not slow_sim" tests/unit
 
 # The engines' own argument parsers, without GPUs: each pinned SGLang / vLLM wheel installed --no-deps in a
 # side environment with the few pure-Python packages its parser needs (tests/conformance/requirements);
