@@ -154,9 +154,11 @@ demo: setup ## the main job here: serve VARIANT (default batched) of the tiny mo
 demo-stop: setup ## stop the demo server and verify the GPUs
 	ansible-playbook playbooks/stop.yml -i inventories/local
 
-compare: setup ## the demo's baseline against batched on the real transformers engine, repeats 3; the verdict and the side-by-side report printed
+COMPARE_BUDGET_S ?= 1200
+compare: setup ## the demo's baseline against batched on the real transformers engine, until decided or COMPARE_BUDGET_S (1200 s) runs out; the verdict and the side-by-side report printed
 	python tools/build_tiny_model.py --out build/tiny-model
-	ansible-playbook playbooks/compare.yml -i inventories/local -e variants=baseline,batched -e repeats=3
+	ansible-playbook playbooks/compare.yml -i inventories/local -e variants=baseline,batched -e compare_until=decided \
+	  -e compare_budget_s=$(COMPARE_BUDGET_S)
 	@report=$$(ls -t $${INFEROPS_RESULTS_DIR:-playbooks/results}/*-compare.md | head -1); echo "== $$report"; \
 	  sed -n '/^## Comparison/,/^!\[/p' "$$report"
 

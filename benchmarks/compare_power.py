@@ -35,7 +35,7 @@ from statistics import NormalDist
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))  # the link `make setup` creates, as the tests use it
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _compare  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.inferops.serving.plugins.plugin_utils import _compare, _stats  # noqa: E402  pylint: disable=wrong-import-position
 
 CVS = (0.02, 0.05)
 DIFFERENCES = (0.05, 0.10)
@@ -70,7 +70,7 @@ def pooled_power(n, cv, difference, steps=2000):
     sigma = math.sqrt(math.log1p(cv * cv))
     df = 2.0 * (n - 1)
     delta = math.log1p(difference) / (sigma * math.sqrt(2.0 / n))
-    crit = _compare.t_quantile(0.975, df)
+    crit = _stats.t_quantile(0.975, df)
     top = df + 60.0 * math.sqrt(2.0 * df) + 60.0
     width = top / steps
     total = 0.0

@@ -27,9 +27,16 @@ description:
     section, and a chart C(<timestamp>-<playbook>-compare.png) of each variant's output throughput
     against concurrency and TPOT p50 against output throughput, geometric means over the repeats with their
     95% intervals.
-  - Prints a compact summary table and one line beginning C(REGRESSION:) for every drop of output
-    throughput or rise of TPOT p50 beyond O(regression_threshold) against the previous run of the
-    same host, variant and concurrency. A first run, with no history, flags nothing.
+  - Prints a compact summary table and one line beginning C(REGRESSION:) per level (host, instance,
+    variant, concurrency) whose output throughput dropped or TPOT p50 rose against the window of the last
+    O(regression_window) runs of the same level, bench settings (the C(bench) digest label) and kind
+    (compare and tune repeats with each other, single benchmarks with single benchmarks). A run's figure
+    is the geometric mean of its repeats; it is flagged when it lies outside the window's 95% prediction
+    interval on the logs (95% for all the figures of the run together) and is worse than the window's
+    geometric mean by more than O(regression_threshold). The line gives the figure, the window's
+    geometric mean with its interval and N, and names a fingerprint change inside the window.
+  - With fewer than 3 runs in the window a change beyond the threshold is shown as unconfirmed, with the
+    number of runs. A first run, with no history, flags nothing.
   - An aggregate callback, not a stdout callback, so it also runs under AWX, whose own stdout
     callback is forced. Enable it with C(callbacks_enabled = inferops.serving.bench_facts).
   - A results directory that cannot be written gives one warning; the play goes on and its result
@@ -43,7 +50,10 @@ options:
   results_dir:
     description:
       - Directory for the run files, the history and the reports. Created when missing.
-      - Default is C(results/) beside the (first) playbook.
+      - Default is C(results/) beside the (first) playbook; for a playbook of an installed collection
+        (C(ansible-playbook inferops.serving.X)), whose files C(ansible-galaxy collection install --force)
+        deletes, C($XDG_DATA_HOME/inferops/results), else C(~/.local/share/inferops/results). A history left
+        inside the installed collection by an earlier version is named with how to move it, never deleted.
     type: path
     env:
       - name: INFEROPS_RESULTS_DIR
@@ -63,8 +73,9 @@ options:
         key: regression_threshold
   fail_on_regression:
     description:
-      - With V(true), a run with at least one regression exits with status 1 once everything is
+      - With V(true), a run with at least one confirmed regression exits with status 1 once everything is
         written and printed (unless the play itself already failed, whose status then stands).
+      - Unconfirmed regressions (fewer than 3 runs in the window) count only with O(fail_on_unconfirmed).
     type: bool
     default: false
     env:
@@ -72,6 +83,42 @@ options:
     ini:
       - section: callback_bench_facts
         key: fail_on_regression
+  fail_on_unconfirmed:
+    description:
+      - With V(true), O(fail_on_regression) also counts the unconfirmed regressions, judged on the
+        threshold alone against a window of fewer than 3 runs.
+    type: bool
+    default: false
+    version_added: 0.5.0
+    env:
+      - name: INFEROPS_FAIL_ON_UNCONFIRMED
+    ini:
+      - section: callback_bench_facts
+        key: fail_on_unconfirmed
+  regression_window:
+    description:
+      - How many earlier runs of the same level, bench settings and kind a run is judged against.
+    type: int
+    default: 5
+    version_added: 0.5.0
+    env:
+      - name: INFEROPS_REGRESSION_WINDOW
+    ini:
+      - section: callback_bench_facts
+        key: regression_window
+  regression_ack:
+    description:
+      - Acknowledges a known change. The window of the levels named restarts with this run, and the
+        history records it. V(all), or C(HOST), C(HOST/VARIANT) or C(HOST/VARIANT/CONCURRENCY),
+        comma-separated.
+      - C(-e regression_ack=...) on the command line sets it too, and wins over the environment and ini.
+    type: str
+    version_added: 0.5.0
+    env:
+      - name: INFEROPS_REGRESSION_ACK
+    ini:
+      - section: callback_bench_facts
+        key: regression_ack
 """
 
 EXAMPLES = r"""
@@ -82,6 +129,10 @@ EXAMPLES = r"""
 # results_dir = /srv/bench/results
 # regression_threshold = 5
 # fail_on_regression = true
+# regression_window = 10
+
+# acknowledge a known change of one host's variant (the window restarts with this run):
+#   ansible-playbook inferops.serving.bench -e regression_ack=gpu01/llama-fp8
 """
 
 import os
@@ -89,7 +140,7 @@ import os
 from ansible import __version__ as ANSIBLE_VERSION
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _results_collect, _results_dir, _results_run
+from ansible_collections.inferops.serving.plugins.plugin_utils import _results_collect, _results_dir, _results_regressions, _results_run
 
 # the exit status of a run whose only problem is a regression (ansible's generic error)
 REGRESSION_EXIT = 1
@@ -106,6 +157,7 @@ class CallbackModule(CallbackBase):
         self.collector = _results_collect.RunCollector()
         self.playbook = None
         self.outcome = None
+        self.extra_ack = None
 
     def v2_playbook_on_start(self, playbook):
         if self.playbook is None:
@@ -113,6 +165,12 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_play_start(self, play):
         self.collector.add_play(play.get_name())
+        try:  # -e regression_ack=...: the extra vars the play was started with
+            ack = play.get_variable_manager().extra_vars.get("regression_ack")
+        except Exception:  # pylint: disable=broad-except  # a play without a variable manager (tests)
+            ack = None
+        if ack not in (None, ""):
+            self.extra_ack = ack
 
     def _add(self, result, status):
         try:
@@ -146,11 +204,19 @@ class CallbackModule(CallbackBase):
         try:
             threshold = float(self.get_option("regression_threshold"))
             results_dir = self._results_dir()
+            window = self.get_option("regression_window")
+            ack = self.extra_ack if self.extra_ack is not None else self.get_option("regression_ack")
             self.outcome = _results_run.finish(self.collector, results_dir, self.playbook, ANSIBLE_VERSION, threshold,
-                                               compare=compare)
+                                               compare=compare, window=int(window), ack=ack)
         except Exception as exc:  # never fail or lose the play over our bookkeeping
             self._display.warning("bench_facts: results not recorded: %s" % exc)
             return
+        try:
+            old = _results_dir.stranded(results_dir, os.path.dirname(os.path.abspath(self.playbook)) if self.playbook else None)
+        except OSError:
+            old = None
+        if old:
+            self.outcome.warnings.append(old)
         for warning in self.outcome.warnings:
             self._display.warning(warning)
         self._display.display("")
@@ -161,11 +227,13 @@ class CallbackModule(CallbackBase):
         if self.outcome.paths:
             self._display.display("bench_facts: wrote %s" % ", ".join(
                 self.outcome.paths[k] for k in ("run", "history", "report", "chart", "compare_chart") if k in self.outcome.paths))
-        if self.outcome.regressions and self.get_option("fail_on_regression"):
+        counted = _results_regressions.confirmed(self.outcome.regressions, self.get_option("fail_on_unconfirmed"))
+        if counted and self.get_option("fail_on_regression"):
             summary = stats.summarize
             already_failed = any(summary(h).get("failures") or summary(h).get("unreachable") for h in stats.processed)
-            self._display.display("bench_facts: %d regression(s) and fail_on_regression is set: exiting %d"
-                                  % (len(self.outcome.regressions), REGRESSION_EXIT), stderr=True)
+            self._display.display("bench_facts: %d %sregression(s) and fail_on_regression is set: exiting %d"
+                                  % (len(counted), "" if self.get_option("fail_on_unconfirmed") else "confirmed ",
+                                     REGRESSION_EXIT), stderr=True)
             if not already_failed:
                 # Neither a callback's return value nor an exception it raises (reported as a
                 # warning by the task queue manager) changes ansible-playbook's status. SystemExit is

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _compare
+from ansible_collections.inferops.serving.plugins.plugin_utils import _compare, _compare_schedule
 
 
-def compare_variants(results, host, order, objective_metric=None, slo_attainment=None, compare_order=None):
+def compare_variants(results, host, order, objective_metric=None, slo_attainment=None, compare_order=None, sequential=None):
     try:
         return _compare.compare(host, results, order, objective_metric, slo_attainment=slo_attainment,
-                                compare_order=compare_order)
+                                compare_order=compare_order, sequential=sequential or None)
     except _compare.CompareError as exc:
         raise AnsibleFilterError("compare_variants: %s" % exc)
 
@@ -26,6 +26,30 @@ def compare_schedule(variants, repeats, order="blocked"):
                                  else repeats, order)
     except _compare.CompareError as exc:
         raise AnsibleFilterError("compare_schedule: %s" % exc)
+
+
+def _whole(value):
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+
+def _number(value):
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def compare_until_plan(repeats, max_repeats, budget_s, min_effect=_compare_schedule.MIN_EFFECT, order="interleaved"):
+    """compare_until: decided, checked: {first_look, max_rounds, looks, budget_s, min_effect} (_compare_schedule.until_plan)."""
+    try:
+        return _compare_schedule.until_plan(_whole(repeats), _whole(max_repeats), _number(budget_s), _number(min_effect), order)
+    except _compare.CompareError as exc:
+        raise AnsibleFilterError("compare_until_plan: %s" % exc)
+
+
+def compare_next(verdict, plan, rounds, elapsed_s):
+    """Whether a compare_until: decided run stops after this round, and why (_compare_schedule.next_step)."""
+    return _compare_schedule.next_step(verdict, plan, int(rounds), float(elapsed_s))
 
 
 def compare_keep(verdict, keep, order, before=None):
@@ -39,4 +63,4 @@ def slo_problems(slo, attainment):
 class FilterModule(object):
     def filters(self):
         return {"compare_variants": compare_variants, "compare_keep": compare_keep, "slo_problems": slo_problems,
-                "compare_schedule": compare_schedule}
+                "compare_schedule": compare_schedule, "compare_until_plan": compare_until_plan, "compare_next": compare_next}

@@ -14,7 +14,8 @@ description:
     wrote (a tune's history) and writes beside it (C(tuned-BASE.yml)).
   - In order, the first term when it is not empty, then the callback's configuration
     (E(INFEROPS_RESULTS_DIR), then C(results_dir) in the C([callback_bench_facts]) section of C(ansible.cfg)),
-    then C(results/) beside the playbook that runs (C(playbook_dir)).
+    then C(results/) beside the playbook that runs (C(playbook_dir)); for a playbook of an installed
+    collection, C($XDG_DATA_HOME/inferops/results) (else C(~/.local/share/inferops/results)), as the callback.
 author:
   - inferops.serving maintainers (@inferops)
 options:

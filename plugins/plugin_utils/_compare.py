@@ -28,24 +28,29 @@ bootstrap can only return (roughly) the values' own range, which covered the tru
 repeats and 87 % at 3, and called identical variants different in 34 % and 14 % of pairs.
 tests/unit/plugins/plugin_utils/test_compare_coverage.py measures the promise kept now.
 
-Standard library only (the t quantile is computed here: Hill's approximation refined against the exact
-distribution function), deterministic (no resampling, so no seed), unit-tested without Ansible; the
-compare_variants filter only feeds input in.
+This file is the verdict: figures, ratios, winner, drift, the resolved diff, the keep plan and the SLO
+checks. The statistics themselves (t, incomplete beta, Welch, Fieller, prediction and sequential intervals)
+are in _stats.py, shared with the regression gate; the schedule is _compare_schedule.py (the
+compare_schedule filter), the words and the table _compare_render.py. Standard library only, deterministic
+(no resampling, so no seed), unit-tested without Ansible; the compare_variants filter only feeds input in.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from statistics import NormalDist
 
 from ansible_collections.inferops.serving.plugins.module_utils import _metrics
 from ansible_collections.inferops.serving.plugins.plugin_utils import _resolved_diff, _steady
+from ansible_collections.inferops.serving.plugins.plugin_utils._compare_render import lines as _lines, markdown_table
+from ansible_collections.inferops.serving.plugins.plugin_utils._compare_schedule import (
+    MIN_EFFECT, ORDERS, CompareError, decision, schedule)
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import (
-    COMPARED, DISTRIBUTIONS, bench_levels, fmt, md_escape, num)
+    COMPARED, DISTRIBUTIONS, bench_levels, conc_key as _conc_key, num)
+from ansible_collections.inferops.serving.plugins.plugin_utils._stats import (
+    ARITHMETIC, CONFIDENCE, GEOMETRIC, RATIO_OF, bounded, fieller_ratio, log_moments, moments, sequential_confidence, t_interval,
+    welch_log_ratio)
 
-CONFIDENCE = 0.95
-_UPPER = 1.0 - (1.0 - CONFIDENCE) / 2.0  # the t quantile of a two-sided 95 % interval: 0.975
+__all__ = ("ORDERS", "CompareError", "schedule", "markdown_table")  # kept here for the verdict's readers
 
 # What variants are compared on: the metric table's COMPARED view (_results_common.Metric rows: key, short
 # label (verdict lines), label (tables), unit, digits printed, which way is better, ...), in rank order. A
@@ -59,17 +64,9 @@ THROUGHPUT, GOODPUT, ATTAINMENT = "output_throughput", "goodput", "slo_attainmen
 
 # Metrics that can be 0 in a healthy run (no request met the SLO): no logarithm, read on their own scale.
 ZERO_ALLOWED = frozenset((GOODPUT, ATTAINMENT))
-# what a figure is, as the cells' and rows' "estimate" says it
-GEOMETRIC, ARITHMETIC = "geometric mean", "mean"
-RATIO_OF = {GEOMETRIC: "ratio of geometric means", ARITHMETIC: "ratio of means"}
+
 # the largest value a metric can take: an interval of a share stops at 1 (and one of values >= 0 at 0)
 _CEILING = {ATTAINMENT: 1.0}
-
-_NORMAL = NormalDist()
-
-
-class CompareError(ValueError):
-    """Bad input to the comparison; the message says what was wrong and what is allowed."""
 
 
 def read_metric(level, key):
@@ -86,189 +83,13 @@ def read_metric(level, key):
     return None if value is None else float(value)
 
 
-# ---- Student's t, standard library only -------------------------------------------------------------
-
-def _beta_fraction(a, b, x):
-    """The continued fraction of the regularized incomplete beta function (modified Lentz, as in Numerical
-    Recipes' betacf; converges in a few dozen terms for x < (a + 1) / (a + b + 2), which _beta_inc
-    arranges)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = m + m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        if abs(c) < tiny:
-            c = tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        if abs(c) < tiny:
-            c = tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 3e-16:
-            break
-    return h
-
-
-def _beta_inc(a, b, x, y):
-    """I_x(a, b), the regularized incomplete beta function; y = 1 - x, passed apart so that neither is a
-    difference that lost its digits."""
-    if x <= 0.0:
-        return 0.0
-    if y <= 0.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, y) / b
-
-
-def _t_upper(t, df):
-    """P(T > t) for t >= 0: half of I_{df / (df + t^2)}(df / 2, 1 / 2)."""
-    return 0.5 * _beta_inc(0.5 * df, 0.5, df / (df + t * t), t * t / (df + t * t))
-
-
-def t_cdf(t, df):
-    """P(T <= t) for Student's t with df > 0 degrees of freedom (df need not be a whole number)."""
-    if not df > 0:
-        raise ValueError("degrees of freedom must be above 0, got %r" % (df,))
-    if df > 1e10:
-        return _NORMAL.cdf(t)
-    upper = _t_upper(abs(t), df)
-    return 1.0 - upper if t >= 0 else upper
-
-
-def _t_density(t, df):
-    return math.exp(math.lgamma(0.5 * (df + 1.0)) - math.lgamma(0.5 * df) - 0.5 * math.log(df * math.pi)
-                    - 0.5 * (df + 1.0) * math.log1p(t * t / df))
-
-
-def _hill(two_sided, df):
-    """G. W. Hill, Algorithm 396: Student's t-quantiles, Comm. ACM 13 (1970) 619-620: t with P(|T| > t)
-    = two_sided. Exact for df 1 and 2; only a few digits for 1 < df < 3 that are not whole (3 % off at
-    1.3), about 1e-5 from df 3 on. Only the starting point of t_quantile's refinement."""
-    if df == 1.0:
-        return 1.0 / math.tan(two_sided * math.pi / 2.0)
-    if df == 2.0:
-        return math.sqrt(2.0 / (two_sided * (2.0 - two_sided)) - 2.0)
-    a = 1.0 / (df - 0.5)
-    b = 48.0 / (a * a)
-    c = ((20700.0 * a / b - 98.0) * a - 16.0) * a + 96.36
-    d = ((94.5 / (b + c) - 3.0) / b + 1.0) * math.sqrt(a * math.pi / 2.0) * df
-    y = (d * two_sided) ** (2.0 / df)
-    if y > 0.05 + a:
-        x = _NORMAL.inv_cdf(two_sided * 0.5)
-        y = x * x
-        if df < 5.0:
-            c += 0.3 * (df - 4.5) * (x + 0.6)
-        c = (((0.05 * d * x - 5.0) * x - 7.0) * x - 2.0) * x + b + c
-        y = (((((0.4 * y + 6.3) * y + 36.0) * y + 94.5) / c - y - 3.0) / b + 1.0) * x
-        y = a * y * y
-        y = math.expm1(y) if y > 0.002 else 0.5 * y * y + y
-    else:
-        y = (((1.0 / (((df + 6.0) / (df * y) - 0.089 * d - 0.822) * (df + 2.0) * 3.0) + 0.5 / (df + 4.0)) * y - 1.0)
-             * (df + 1.0) / (df + 2.0) + 1.0 / y)
-    return math.sqrt(df * y)
-
-
-@functools.lru_cache(maxsize=1024)  # a summary asks for the same few (0.975, n - 1) again and again
-def t_quantile(p, df):
-    """The p-quantile of Student's t with df > 0 degrees of freedom, df not necessarily whole (Welch's).
-
-    Hill's approximation is refined with Halley's method against the exact upper tail (_t_upper) until a
-    step moves it by less than 1e-5 of itself (Halley's error is about the cube of its last step, so that
-    leaves it exact to 1e-13 or better), inside a bracket that never loses the root. Normal quantiles
-    past df 1e10, where the t distribution is the normal one to 1e-10.
-    """
-    if not 0.0 < p < 1.0:
-        raise ValueError("p must be between 0 and 1 (both excluded), got %r" % (p,))
-    if not df > 0:
-        raise ValueError("degrees of freedom must be above 0, got %r" % (df,))
-    if p == 0.5:
-        return 0.0
-    tail = min(p, 1.0 - p)
-    sign = 1.0 if p > 0.5 else -1.0
-    if df > 1e10:
-        return -_NORMAL.inv_cdf(tail) * sign
-    t = _hill(2.0 * tail, df) if df >= 1.0 else -_NORMAL.inv_cdf(tail)
-    low, high = 0.0, math.inf
-    for _step in range(200):
-        gap = _t_upper(t, df) - tail  # the upper tail decreases with t: above the target, t is too small
-        if gap > 0:
-            low = t
-        else:
-            high = t
-        slope = -_t_density(t, df)
-        bend = -slope * (df + 1.0) * t / (df + t * t)
-        step = 2.0 * gap * slope / (2.0 * slope * slope - gap * bend)
-        if abs(step) <= 1e-5 * t:  # Halley's error is about the cube of its step: below the float's digits
-            return (t - step) * sign
-        t -= step
-        if not low < t < high:
-            t = 0.5 * (low + high) if high < math.inf else 2.0 * low
-    return t * sign
-
-
-# ---- estimates and intervals ------------------------------------------------------------------------
-
-def _moments(values):
-    """(n, mean, sample variance (None below 2 values)) in plain floats. Equal values give exactly their
-    value and 0, so a constant repeat reads as itself."""
-    n = len(values)
-    if min(values) == max(values):
-        return n, float(values[0]), (0.0 if n > 1 else None)
-    mean = math.fsum(values) / n
-    return n, mean, (math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else None)
-
-
-def _log_moments(values):
-    """(n, mean log, variance of the logs, geometric mean) of positive values; equal values give exactly
-    their value as the geometric mean."""
-    n, mean, var = _moments([math.log(v) for v in values])
-    return n, mean, var, (values[0] if min(values) == max(values) else math.exp(mean))
-
-
-def _welch_df(parts):
-    """Welch-Satterthwaite degrees of freedom of a sum of independent variances of means, parts [(variance
-    of the mean, n)]; None when they are all 0."""
-    total = sum(var for var, _n in parts)
-    spread = sum(var * var / (n - 1) for var, n in parts if var)
-    return total * total / spread if spread else None
-
-
-def t_interval(estimate, parts):
-    """(low, high, df): the 95 % Student-t interval of an estimate that is a sum or difference of
-    independent means, ``parts`` [(variance of that mean, n)]: estimate +- t(0.975, df) * the square root
-    of the summed variances, df Welch-Satterthwaite's (n - 1 for a single mean). (estimate, estimate,
-    None) when every variance is 0: no noise was seen."""
-    variance = sum(var for var, _n in parts)
-    if variance == 0.0:
-        return estimate, estimate, None
-    df = _welch_df(parts)
-    half = t_quantile(_UPPER, df) * math.sqrt(variance)
-    return estimate - half, estimate + half, df
-
-
 def _log_scale(values, metric=None):
     """Whether a metric's values are read on the log scale: never for ZERO_ALLOWED, never with a value <= 0."""
     return metric not in ZERO_ALLOWED and all(v > 0 for v in values)
 
 
 def _bounded(value, metric, nonnegative):
-    if value is None:
-        return None
-    if nonnegative:
-        value = max(value, 0.0)
-    return min(value, _CEILING[metric]) if metric in _CEILING else value
+    return bounded(value, nonnegative, _CEILING.get(metric))
 
 
 def centre(values, metric=None):
@@ -283,14 +104,14 @@ def centre(values, metric=None):
     if not values:
         return None, None, None, None
     if _log_scale(values, metric):
-        n, mean, var, figure = _log_moments(values)
+        n, mean, var, figure = log_moments(values)
         if var is None:
             return figure, None, None, GEOMETRIC
         if var == 0.0:
             return figure, figure, figure, GEOMETRIC
         low, high, _df = t_interval(mean, [(var / n, n)])
         return figure, math.exp(low), math.exp(high), GEOMETRIC
-    n, mean, var = _moments(values)
+    n, mean, var = moments(values)
     if var is None:
         return mean, None, None, ARITHMETIC
     low, high, _df = t_interval(mean, [(var / n, n)])
@@ -298,55 +119,7 @@ def centre(values, metric=None):
     return mean, _bounded(low, metric, nonnegative), _bounded(high, metric, nonnegative), ARITHMETIC
 
 
-def _log_ratio(base, variant, out):
-    nb, mb, vb, out["base_median"] = _log_moments(base)
-    nv, mv, vv, out["variant_median"] = _log_moments(variant)
-    out["estimate"] = RATIO_OF[GEOMETRIC]
-    out["ratio"] = out["variant_median"] / out["base_median"]
-    if vb is None or vv is None:
-        return out
-    if vb == 0.0 and vv == 0.0:  # every repeat of each side gave the same value: no noise seen
-        out["ci_low"] = out["ci_high"] = out["ratio"]
-        return out
-    low, high, out["df"] = t_interval(mv - mb, [(vb / nb, nb), (vv / nv, nv)])
-    out["ci_low"], out["ci_high"] = math.exp(low), math.exp(high)
-    return out
-
-
-def _fieller_ratio(base, variant, out):
-    """Fieller's interval of mean(variant) / mean(base): every rho for which mean(variant) - rho * mean(base)
-    is within t * its standard error of 0. Bounded only when the base mean is clearly away from 0."""
-    nb, mb, vb = _moments(base)
-    nv, mv, vv = _moments(variant)
-    out["estimate"] = RATIO_OF[ARITHMETIC]
-    out["base_median"], out["variant_median"] = mb, mv
-    if mb == 0.0:
-        out["why"] = "the reference's mean is 0"
-        return out
-    rho = mv / mb
-    out["ratio"] = rho
-    if vb is None or vv is None:
-        return out
-    eb, ev = vb / nb, vv / nv  # variances of the two means
-    if eb == 0.0 and ev == 0.0:
-        out["ci_low"] = out["ci_high"] = rho
-        return out
-    out["df"] = _welch_df([(ev, nv), (rho * rho * eb, nb)]) or _welch_df([(ev, nv), (eb, nb)])
-    q2 = t_quantile(_UPPER, out["df"]) ** 2
-    a = mb * mb - q2 * eb
-    if a <= 0.0:
-        out["df"] = None
-        out["why"] = "the reference's mean is within its own noise of 0: the ratio's interval is unbounded"
-        return out
-    b, c = mb * mv, mv * mv - q2 * ev
-    root = math.sqrt(max(b * b - a * c, 0.0))
-    nonnegative = min(base) >= 0 and min(variant) >= 0
-    out["ci_low"] = _bounded((b - root) / a, None, nonnegative)
-    out["ci_high"] = (b + root) / a
-    return out
-
-
-def ratio(base_values, variant_values, metric=None):
+def ratio(base_values, variant_values, metric=None, confidence=CONFIDENCE):
     """variant / base with a 95 % interval, significant when the interval excludes 1.
 
     Returns {ratio, ci_low, ci_high, significant, base_median, variant_median, estimate, df, why}:
@@ -368,9 +141,11 @@ def ratio(base_values, variant_values, metric=None):
                                           "the reference's side" if not base else "the variant's side")
         return out
     if _log_scale(base, metric) and _log_scale(variant, metric):
-        _log_ratio(base, variant, out)
+        welch_log_ratio(base, variant, out, confidence)
+        out["estimate"] = RATIO_OF[GEOMETRIC]
     else:
-        _fieller_ratio(base, variant, out)
+        fieller_ratio(base, variant, out, confidence)
+        out["estimate"] = RATIO_OF[ARITHMETIC]
     if out["ratio"] is not None and (len(base) < 2 or len(variant) < 2):
         out["why"] = "one repeat on %s: no spread to measure the noise with" % (
             "each side" if len(base) < 2 and len(variant) < 2 else "the reference's side" if len(base) < 2
@@ -396,9 +171,6 @@ def _levels_of(repeat, where):
                                % (where, pos + 1, level if not isinstance(level, dict) else sorted(level)))
     return repeat
 
-
-def _conc_key(conc):
-    return (not isinstance(conc, (int, float)), conc if isinstance(conc, (int, float)) else str(conc))
 
 
 def summarize(repeats, where="repeats"):
@@ -460,14 +232,6 @@ def objective(levels_or_summary, slo_set):
         metric = GOODPUT
     concs = sorted((c for c in summary if metric in summary[c]), key=_conc_key)
     return metric, (concs[-1] if concs else None)
-
-
-def _fmt_interval(low, high, digits):
-    return "[%s, %s]" % (fmt(low, digits, fixed=True), fmt(high, digits, fixed=True))
-
-
-def _with_unit(value, digits, unit):
-    return "%s %s" % (fmt(value, digits, fixed=True), unit) if unit else fmt(value, digits, fixed=True)
 
 
 def _check(host, results, order, objective_metric, slo_attainment=None):
@@ -540,7 +304,25 @@ def disqualified(summaries, measured, conc, required):
     return out
 
 
-def compare(host, results, order, objective_metric=None, slo_attainment=None, compare_order=None):
+def _sequential(given):
+    """compare()'s ``sequential`` in plain types (a role passes strings): looks, rounds, min_effect, stopped, budget_s."""
+    if not isinstance(given, dict) or "looks" not in given:
+        raise CompareError("sequential must be a dict with looks (the planned looks), rounds, min_effect and optionally "
+                           "stopped and budget_s, got %r" % (given,))
+    try:
+        out = {"looks": int(given["looks"]), "rounds": int(given.get("rounds") or 0),
+               "min_effect": float(given.get("min_effect") or MIN_EFFECT),
+               "budget_s": float(given["budget_s"]) if given.get("budget_s") not in (None, "") else None}
+    except (TypeError, ValueError):
+        raise CompareError("sequential: looks and rounds must be whole numbers, min_effect and budget_s numbers, got %r"
+                           % (given,))
+    if out["looks"] < 1:
+        raise CompareError("sequential: looks must be 1 or more, got %r" % (given["looks"],))
+    out["stopped"] = given.get("stopped") if given.get("stopped") not in ("", "None") else None
+    return out
+
+
+def compare(host, results, order, objective_metric=None, slo_attainment=None, compare_order=None, sequential=None):
     """Every variant of one host against the reference (the first in order that did not fail).
 
     ``results`` maps each variant to {"repeats": [[levels...], ...]} or {"failed": reason,
@@ -551,8 +333,17 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
     that concurrency is lower is disqualified; it is still compared, but it cannot win. ``compare_order``
     (blocked or interleaved, None when not told) is how the repeats ran; the reference's first and last
     repeat are in ``drift`` either way.
+
+    ``sequential`` (compare_until: decided): {looks, rounds, min_effect[, stopped]}: every ratio's interval is
+    the sequential one (_stats.sequential_confidence over the planned looks), valid at whichever look the
+    comparison stops; ``sequential`` in the result then also says each variant's decision at the objective
+    (_compare_schedule.decision) and, once told, why it stopped.
     """
     _check(host, results, order, objective_metric, slo_attainment)
+    confidence = CONFIDENCE
+    if sequential is not None:
+        sequential = _sequential(sequential)
+        confidence = sequential_confidence(sequential["looks"])
     if compare_order is not None and compare_order not in ORDERS:
         raise CompareError("compare_order must be one of %s, got %r" % (", ".join(ORDERS), compare_order))
     failed, summaries, measured = [], {}, []
@@ -582,7 +373,7 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
             for key in METRIC_KEYS:
                 if key not in base[level] or key not in mine[level]:
                     continue
-                est = ratio(base[level][key]["values"], mine[level][key]["values"], key)
+                est = ratio(base[level][key]["values"], mine[level][key]["values"], key, confidence)
                 improved = None
                 if est["significant"]:
                     improved = (est["ratio"] > 1.0) == (_BY_KEY[key].better == "higher")
@@ -592,7 +383,7 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
                                     "repeats": {"baseline": base[level][key]["n"], "variant": mine[level][key]["n"]},
                                     "significant": est["significant"], "improved": improved,
                                     "baseline_median": est["base_median"], "variant_median": est["variant_median"],
-                                    "estimate": est["estimate"], "why": est["why"]})
+                                    "estimate": est["estimate"], "why": est["why"], "confidence": confidence})
 
     out = disqualified(summaries, measured, conc, slo_attainment) if slo_attainment is not None and conc is not None else []
     for row in out:
@@ -606,35 +397,11 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
     # a level measured before its server was steady (throughput_bench's warm-up ran out) is named
     result["unsteady"] = _steady.unsteady_levels(results, measured)
     result["resolved"] = resolved_settings(results, reference, measured[1:])
+    if sequential is not None:
+        result["sequential"] = dict(sequential, confidence=confidence, decisions=decision(result, sequential["min_effect"]))
     result["lines"] = _lines(result, order)
     return result
 
-
-ORDERS = ("blocked", "interleaved")
-
-
-def schedule(variants, repeats, order="blocked"):
-    """The runs of a comparison, in turn: [{variant, repeats, round}].
-
-    blocked (the default): each variant served once and benchmarked ``repeats`` times in one call
-    (A A A B B B): the fastest, but a slow drift of the host (thermals, other tenants) falls on the later
-    variants alone and reads as a difference. interleaved: rounds of one repeat of each variant, the order
-    reversed every other round (A B, B A, A B, ...): a drift falls on every variant alike (a steady one
-    cancels exactly over an even number of rounds; plain A B A B would leave B one run later in every
-    round), at the price of a switch per repeat (fewer: the variant that ends a round starts the next).
-    ``round`` is the repeat index of a run's first repeat (its levels' ``labels.repeat``).
-    """
-    if order not in ORDERS:
-        raise CompareError("compare_order must be one of %s, got %r" % (", ".join(ORDERS), order))
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise CompareError("repeats must be a whole number, 1 or more, got %r" % (repeats,))
-    variants = list(variants or ())
-    if not variants or not all(isinstance(name, str) and name for name in variants):
-        raise CompareError("variants must be a non-empty list of variant names, got %r" % (variants,))
-    if order == "blocked":
-        return [{"variant": name, "repeats": repeats, "round": 0} for name in variants]
-    return [{"variant": name, "repeats": 1, "round": turn} for turn in range(repeats)
-            for name in (variants if turn % 2 == 0 else variants[::-1])]
 
 
 def drift(result):
@@ -711,154 +478,3 @@ def slo_problems(slo, attainment):
                         "got %r" % (attainment,))
     return problems
 
-
-def _lines(result, order):
-    host, reference = result["host"], result["reference"]
-    metric, conc = result["objective"]["metric"], result["objective"]["concurrency"]
-    short, unit, digits = _BY_KEY[metric].short, _BY_KEY[metric].unit, _BY_KEY[metric].digits
-    failed = dict((row["variant"], row) for row in result["failed_variants"])
-    rows = dict((row["variant"], row) for row in result["comparisons"]
-                if row["concurrency"] == conc and row["metric"] == metric)
-    lines = []
-    for variant in order:
-        if variant in failed:
-            lines.append("compare %s: %s failed: %s" % (host, variant, failed[variant]["reason"]))
-            continue
-        if variant == reference:
-            continue
-        head = "compare %s: %s vs %s at c=%s: %s" % (host, variant, reference, conc, short)
-        row = rows.get(variant)
-        if row is None:
-            lines.append("%s not measured by both" % head)
-        elif row["ratio"] is None:
-            lines.append("%s ratio undefined (%s)" % (head, row.get("why") or "%s's figure is 0" % reference))
-        elif row["ci_low"] is None:
-            lines.append("%s \u00d7%.2f (no interval: %s)" % (head, row["ratio"], row.get("why") or "too few repeats"))
-        else:
-            verdict = "significant" if row["significant"] else "not significant"
-            lines.append("%s \u00d7%.2f [%.2f, %.2f] %s" % (head, row["ratio"], row["ci_low"], row["ci_high"], verdict))
-    for row in result["disqualified"]:
-        met = ("%.0f %% of requests met the SLO (mean of %d)" % (100.0 * row["slo_attainment"], row["n"])
-               if row["slo_attainment"] is not None else "no SLO attainment was measured")
-        lines.append("compare %s: %s disqualified at c=%s: %s, under the %.0f %% required"
-                     % (host, row["variant"], row["concurrency"], met, 100.0 * row["required"]))
-    lines.extend(_steady.lines(result.get("unsteady"), host))
-    for diff_ in result.get("resolved") or ():
-        chosen = diff_["engine_chosen"]
-        if chosen:
-            lines.append("compare %s: WARNING %s and %s differ in %d setting(s) the engine chose by itself: %s"
-                         % (host, diff_["variants"][0], diff_["variants"][1], len(chosen),
-                            ", ".join("%s (%s / %s)" % (row["setting"], row["values"][0], row["values"][1])
-                                      for row in chosen[:5]) + (", ..." if len(chosen) > 5 else "")))
-    moved = result.get("drift")
-    if moved:
-        mdigits = _BY_KEY[moved["metric"]].digits
-        lines.append("compare %s: drift of %s over the comparison%s: %s at c=%s %s on its first repeat, %s on its last "
-                     "(\u00d7%.2f over %d repeats)"
-                     % (host, moved["variant"], " (%s order)" % result["order"] if result.get("order") else "",
-                        _BY_KEY[moved["metric"]].short, moved["concurrency"],
-                        _with_unit(moved["first"], mdigits, _BY_KEY[moved["metric"]].unit),
-                        _with_unit(moved["last"], mdigits, _BY_KEY[moved["metric"]].unit), moved["ratio"], moved["n"]))
-    winner = result["winner"]
-    if winner is None:
-        if reference is None:
-            why = "every variant failed"
-        elif result["disqualified"] and len(result["disqualified"]) == len(result["summaries"]):
-            why = "no variant met the SLO"
-        else:
-            why = "no variant measured %s" % short
-        lines.append("compare %s: no winner (%s)" % (host, why))
-    else:
-        cell = result["summaries"][winner][conc][metric]
-        lines.append("compare %s: winner %s (%s %s at c=%s, %s of %d)"
-                     % (host, winner, short, _with_unit(cell["median"], digits, unit), conc,
-                        cell.get("estimate") or GEOMETRIC, cell["n"]))
-    return lines
-
-
-def _cell(summary, conc, key):
-    cell = (summary.get(conc) or {}).get(key)
-    if cell is None:
-        return "-"
-    digits = _BY_KEY[key].digits
-    if cell.get("ci_low") is None:
-        return fmt(cell["median"], digits, fixed=True)
-    return "%s %s" % (fmt(cell["median"], digits, fixed=True), _fmt_interval(cell["ci_low"], cell["ci_high"], digits))
-
-
-_TABLE_COLUMNS = tuple((metric.key, metric.column) for metric in METRICS)
-
-
-def markdown_table(result):
-    """Side-by-side Markdown: per host, a row per concurrency x variant, figure [95 % CI] per metric.
-
-    ``result`` is what compare() returns, or a list of them (one per host).
-    """
-    results = result if isinstance(result, list) else [result]
-    out = []
-    for res in results:
-        host, reference, summaries = res["host"], res["reference"], res["summaries"]
-        out.append("## %s" % md_escape(host))
-        out.append("")
-        if reference is None:
-            out.append("No variant was measured.")
-        else:
-            rows = dict(((row["variant"], row["concurrency"]), row) for row in res["comparisons"]
-                        if row["metric"] == THROUGHPUT)
-            out.append("| concurrency | variant | %s | output vs %s |"
-                       % (" | ".join(title for _key, title in _TABLE_COLUMNS), md_escape(reference)))
-            out.append("| ---: | --- |%s ---: |" % (" ---: |" * len(_TABLE_COLUMNS)))
-            concs = set()
-            for summary in summaries.values():
-                concs.update(summary)
-            for conc in sorted(concs, key=_conc_key):
-                for variant, summary in summaries.items():
-                    if conc not in summary:
-                        continue
-                    if variant == reference:
-                        vs_ref = "reference"
-                    else:
-                        row = rows.get((variant, conc))
-                        if row is None or row["ratio"] is None:
-                            vs_ref = "-"
-                        elif row["ci_low"] is None:
-                            vs_ref = "\u00d7%.2f" % row["ratio"]
-                        else:
-                            vs_ref = "\u00d7%.2f %s%s" % (row["ratio"], _fmt_interval(row["ci_low"], row["ci_high"], 2),
-                                                          " *" if row["significant"] else "")
-                    out.append("| %s | %s | %s | %s |" % (
-                        conc, md_escape(variant), " | ".join(_cell(summary, conc, key) for key, _title in _TABLE_COLUMNS),
-                        vs_ref))
-            out.append("")
-            out.append("Geometric mean over the repeats [95 %% t-interval on the logs]; goodput and SLO met: mean "
-                       "[95 %% t-interval]; no interval from one repeat. Output vs %s: ratio of the geometric means "
-                       "[95 %% Welch interval]; * the interval excludes 1. Objective: %s at c=%s; winner: %s."
-                       % (md_escape(reference), _BY_KEY[res["objective"]["metric"]].label,
-                          res["objective"]["concurrency"], res["winner"]))
-        if res.get("drift"):
-            moved = res["drift"]
-            out.append("")
-            out.append("Drift%s: %s's %s at c=%s went from %s on its first repeat to %s on its last (\u00d7%.2f)."
-                       % (" (%s order)" % res["order"] if res.get("order") else "", md_escape(moved["variant"]),
-                          _BY_KEY[moved["metric"]].label, moved["concurrency"],
-                          fmt(moved["first"], _BY_KEY[moved["metric"]].digits, fixed=True),
-                          fmt(moved["last"], _BY_KEY[moved["metric"]].digits, fixed=True), moved["ratio"]))
-        for diff_ in res.get("resolved") or ():
-            out.append("")
-            out.extend(_resolved_diff.markdown_lines(
-                diff_, heading="### Resolved settings: %s against %s" % (md_escape(diff_["variants"][0]),
-                                                                         md_escape(diff_["variants"][1])))[:-1])
-        if res.get("unsteady"):
-            out.append("")
-            out.extend("- %s" % md_escape(line) for line in _steady.lines(res["unsteady"]))
-        if res.get("disqualified"):
-            out.append("")
-            out.extend("- %s disqualified at c=%s: SLO attainment %s, under the %.2f required"
-                       % (md_escape(row["variant"]), row["concurrency"], fmt(row["slo_attainment"], 2, fixed=True), row["required"])
-                       for row in res["disqualified"])
-        if res["failed_variants"]:
-            out.append("")
-            out.extend("- %s failed: %s" % (md_escape(row["variant"]), md_escape(row["reason"]))
-                       for row in res["failed_variants"])
-        out.append("")
-    return "\n".join(out)

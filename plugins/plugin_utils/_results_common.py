@@ -50,6 +50,11 @@ def bench_levels(result):
     return [level for level in levels if is_level(level)]
 
 
+def conc_key(conc):
+    """A sort key of concurrencies: numbers in order, then anything else by its text."""
+    return (not isinstance(conc, (int, float)), conc if isinstance(conc, (int, float)) else str(conc))
+
+
 def repeat_index(value):
     """The 0-based repeat index of a benchmark's labels: an int, a string of digits read as one, else None."""
     if isinstance(value, bool):
@@ -93,7 +98,7 @@ BY_KEY = dict((metric.key, metric) for metric in METRICS)
 # (bench_facts); the columns of a bench_summary row (identity first)
 COMPARED = tuple(sorted((m for m in METRICS if m.compared is not None), key=lambda m: m.compared))
 REGRESSION_METRICS = tuple(m for m in METRICS if m.regression)
-SUMMARY_KEYS = IDENTITY_KEYS + tuple(m.key for m in METRICS if m.summary)
+SUMMARY_KEYS = IDENTITY_KEYS + ("repeat",) + tuple(m.key for m in METRICS if m.summary)
 
 
 # ---- formatting -------------------------------------------------------------------------------

@@ -84,16 +84,31 @@ def parse_history(text):
     return _parse((text or "").splitlines())[0]
 
 
-def read_history(path):
-    """(records, skipped) from a history.jsonl; a missing file is empty, corrupt lines are skipped, and so are
-    records without a host, variant and concurrency (RECORD_KEY: what previous_levels and the regressions
-    look records up by)."""
+def _is_ack(rec):
+    return "ack" in rec and "host" not in rec
+
+
+def read_entries(path):
+    """(entries, skipped) from a history.jsonl, in file order: the records and the regression gate's ack lines
+    ({"ack", "run", "time"}); a missing file is empty, corrupt lines are skipped, and so are records without
+    a host, variant and concurrency (RECORD_KEY: what previous_levels and the regressions look records up by)."""
     if not os.path.exists(path):
         return [], 0
     with open(path, "r", encoding="utf-8", errors="replace") as handle:
         records, skipped = _parse(handle)
-    keyed = [rec for rec in records if all(key in rec for key in RECORD_KEY)]
-    return keyed, skipped + len(records) - len(keyed)
+    kept = [rec for rec in records if _is_ack(rec) or all(key in rec for key in RECORD_KEY)]
+    return kept, skipped + len(records) - len(kept)
+
+
+def read_history(path):
+    """(records, skipped) from a history.jsonl: read_entries' records, without the ack lines."""
+    entries, skipped = read_entries(path)
+    return [rec for rec in entries if not _is_ack(rec)], skipped
+
+
+def ack_record(selectors, now, rid):
+    """The history line of a regression_ack: the windows of the levels it names restart after it."""
+    return {"ack": ",".join("/".join(sel) for sel in selectors), "run": rid, "time": now.isoformat().replace("+00:00", "Z")}
 
 
 def append_history(path, records):

@@ -7,8 +7,6 @@ the variant comparison with compare's tables, a table per host, speed-ups betwee
 
 from __future__ import annotations
 
-import statistics
-
 from ansible_collections.inferops.serving.plugins.plugin_utils import _compare
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import BY_KEY, fmt, level_key, md_escape, num
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_regressions import regression_lines, threshold_text
@@ -62,14 +60,14 @@ def _variants(recs):
 
 
 def _index(recs):
-    """{(variant, concurrency): {"output_throughput": median}}: the figure ratios between variants use, the
-    median over the repeats of a comparison (a single run: its own figure)."""
+    """{(variant, concurrency): {"output_throughput": figure}}: the figure ratios between variants use, the
+    compare verdict's own (_compare.centre: the geometric mean over the repeats; a single run: its own figure)."""
     values = {}
     for rec in recs:
         slot = values.setdefault((rec["variant"], rec["concurrency"]), [])
         if num(rec.get("output_throughput")) is not None:
             slot.append(rec["output_throughput"])
-    return dict((key, {"output_throughput": statistics.median(found) if found else None})
+    return dict((key, {"output_throughput": _compare.centre(found, _compare.THROUGHPUT)[0] if found else None})
                 for key, found in values.items())
 
 
@@ -116,7 +114,7 @@ def _level_table(out, recs, previous):
     out.append("")
 
 
-def summary_lines(records, previous, regressions):
+def summary_lines(records, previous, regressions, window=None):
     """The compact end-of-play table: tok/s aggregate and per request, speed-up vs the previous variant."""
     lines = []
     for (host, instance), recs in _by_server(records).items():
@@ -140,7 +138,8 @@ def summary_lines(records, previous, regressions):
     if regressions:
         lines.extend(regression_lines(regressions))
     elif records:
-        lines.append("bench_facts: no regression (against the previous run of each host + variant)")
+        lines.append("bench_facts: no regression (against the window of the last %s runs of each level, bench "
+                     "settings and kind)" % (window or "earlier"))
     return lines
 
 
@@ -185,7 +184,12 @@ def render_report(run, records, previous, regressions, threshold_pct, chart=None
     out.append("- plays: %s" % ", ".join(run.get("plays") or []) if run.get("plays") else "- plays: -")
     out.append("- time: %s" % run["time"])
     out.append("- ansible-core %s, inferops.serving %s" % (run.get("ansible_version"), run.get("collection_version")))
-    out.append("- regression threshold: %s %% (%s)" % (fmt(float(threshold_pct)), threshold_text()))
+    gate = run.get("regression_gate") or {}
+    out.append("- regression threshold: %s %% (%s)%s" % (
+        fmt(float(threshold_pct)), threshold_text(),
+        ", beyond the 95 %% prediction interval of the last %s runs" % gate["window"] if gate.get("window") else ""))
+    if gate.get("ack"):
+        out.append("- regression_ack: %s (the window of those levels restarts with this run)" % gate["ack"])
     out.append("")
     if regressions:
         out.append("## Regressions")

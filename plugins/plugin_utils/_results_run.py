@@ -15,8 +15,8 @@ import re
 
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_charts import render_chart, render_compare_chart
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_history import (
-    HISTORY_FILE, append_history, history_records, previous_levels, read_history)
-from ansible_collections.inferops.serving.plugins.plugin_utils._results_regressions import find_regressions
+    HISTORY_FILE, ack_record, append_history, history_records, previous_levels, read_entries)
+from ansible_collections.inferops.serving.plugins.plugin_utils._results_regressions import WINDOW, AckError, find_regressions, parse_ack
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_report import render_report, summary_lines
 
 
@@ -66,7 +66,7 @@ def collection_version():
         return None
 
 
-def run_document(collector, rid, now, playbook, ansible_version, threshold_pct, regressions, compare=None):
+def run_document(collector, rid, now, playbook, ansible_version, threshold_pct, regressions, compare=None, gate=None):
     """The run file: play, hosts, variants, fingerprints, GPU checks, every level, versions.
 
     With a comparison (``compare``: [(host, verdict)]) also its ``comparisons``, ``failed_variants``
@@ -89,6 +89,8 @@ def run_document(collector, rid, now, playbook, ansible_version, threshold_pct, 
            "fingerprints": variants, "ansible_version": ansible_version,
            "collection_version": collection_version(), "regression_threshold": threshold_pct,
            "regressions": regressions}
+    if gate:
+        doc["regression_gate"] = gate
     if compare:
         doc.update(compare_document(compare))
     return doc
@@ -106,10 +108,13 @@ class Outcome(object):
         self.report = None
 
 
-def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now=None, compare=None):
+def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now=None, compare=None, window=WINDOW,
+           ack=None):
     """Build, compare and write everything for one run. Never raises on I/O: problems are warnings.
 
     ``compare`` is the variant comparison the playbook published, [(host, verdict)] (compare_verdicts).
+    ``window``: the regression gate's regression_window; ``ack``: its regression_ack (levels whose window
+    restarts with this run, recorded in the history).
     Returns an Outcome (summary lines, regressions, written paths, warnings, notes).
     """
     out = Outcome()
@@ -122,17 +127,27 @@ def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now
         rid = "%s-%d" % (base, serial)
     out.records = history_records(collector, now, rid)
     history_path = os.path.join(results_dir, HISTORY_FILE)
-    history = []
+    entries = []
     try:
-        history, skipped = read_history(history_path)
+        entries, skipped = read_entries(history_path)
         if skipped:
             out.warnings.append("bench_facts: skipped %d unreadable line(s) of %s" % (skipped, history_path))
     except OSError as exc:
         out.warnings.append("bench_facts: cannot read %s (%s): regressions are not checked" % (history_path, exc))
+    try:
+        acks = parse_ack(ack)
+    except AckError as exc:
+        out.warnings.append("bench_facts: %s; nothing was acknowledged" % exc)
+        acks = []
+    history = [rec for rec in entries if "host" in rec]
     previous = previous_levels(history)
-    out.regressions = find_regressions(out.records, previous, threshold_pct)
-    out.run = run_document(collector, rid, now, playbook, ansible_version, threshold_pct, out.regressions, compare)
-    out.summary = summary_lines(out.records, previous, out.regressions)
+    out.regressions = find_regressions(out.records, entries, threshold_pct, window, acks)
+    gate = {"window": window, "ack": ",".join("/".join(sel) for sel in acks) or None}
+    out.run = run_document(collector, rid, now, playbook, ansible_version, threshold_pct, out.regressions, compare, gate)
+    out.summary = summary_lines(out.records, previous, out.regressions, window)
+    if acks:
+        out.notes.append("bench_facts: regression_ack %s: the regression window of the levels it names restarts with "
+                         "this run (recorded in %s)" % (gate["ack"], HISTORY_FILE))
 
     chart_name = rid + ".png"
     compare_chart_name = rid + "-compare.png"
@@ -144,6 +159,9 @@ def finish(collector, results_dir, playbook, ansible_version, threshold_pct, now
             json.dump(out.run, handle, indent=2, sort_keys=True, default=str)
             handle.write("\n")
         out.paths["run"] = run_path
+        if acks:
+            append_history(history_path, [ack_record(acks, now, rid)])
+            out.paths["history"] = history_path
         if out.records:
             append_history(history_path, out.records)
             out.paths["history"] = history_path

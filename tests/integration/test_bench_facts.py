@@ -56,13 +56,13 @@ def replay(run_playbook, tmp_path):
     async_dir.mkdir()
     results = tmp_path / "results"
 
-    def run(result, extra_env=None, results_dir=None):
+    def run(result, extra_env=None, results_dir=None, extra_vars=None):
         jid = "bench%d" % time.monotonic_ns()
         (async_dir / jid).write_text(json.dumps(result))
         env = {"ANSIBLE_CALLBACKS_ENABLED": CALLBACKS, "ANSIBLE_ASYNC_DIR": str(async_dir),
                "INFEROPS_RESULTS_DIR": str(results_dir or results)}
         env.update(extra_env or {})
-        return run_playbook(REPLAY_PLAY, extra_vars={"jid": jid}, env=env)
+        return run_playbook(REPLAY_PLAY, extra_vars=dict(extra_vars or {}, jid=jid), env=env)
     run.results = results
     return run
 
@@ -106,7 +106,10 @@ def test_second_run_twice_slower_is_flagged(replay):
     assert [line.split(":")[1] for line in flagged] == [
         " host localhost, variant baseline, concurrency %d" % c for c in (1, 4, 16)]
     assert "output throughput 98.5 \u2192 49.7 tok/s" in flagged[0]
-    assert "TPOT p50 10.00 \u2192 20.00 ms (+100.0 %)" in flagged[0]
+    assert "TPOT p50 10.00 \u2192 20.00 ms (+100.0 %; window geometric mean of N=1 run(s))" in flagged[0]
+    assert all(line.endswith("[unconfirmed: 1 run(s) in the window, 3 needed] [last run of the window %s]"
+                             % json.loads((replay.results / "history.jsonl").read_text().splitlines()[0])["run"])
+               for line in flagged)
     history = (replay.results / "history.jsonl").read_text().splitlines()
     assert len(history) == 6
     assert [json.loads(h)["tpot_ms"] for h in history] == [10.0] * 3 + [20.0] * 3
@@ -119,15 +122,38 @@ def test_second_run_twice_slower_is_flagged(replay):
     assert "## Regressions" in text and "| 0.50× |" in text and os.path.basename(charts[1]) in text
 
 
-def test_fail_on_regression_makes_the_run_fail(replay):
+def test_fail_on_regression_counts_confirmed_regressions_and_an_ack_restarts_the_window(replay):
+    fail = {"INFEROPS_FAIL_ON_REGRESSION": "true"}
     assert replay(bench_result()).rc == 0
-    slow = replay(bench_result(step_ms=20.0), extra_env={"INFEROPS_FAIL_ON_REGRESSION": "true"})
+    # one run in the window: unconfirmed, so the run passes, unless fail_on_unconfirmed is set
+    unconfirmed = replay(bench_result(step_ms=20.0), extra_env=fail)
+    assert unconfirmed.rc == 0, unconfirmed.stdout + unconfirmed.stderr
+    assert len(regressions(unconfirmed)) == 3 and all("[unconfirmed: 1 run(s)" in line for line in regressions(unconfirmed))
+    strict = replay(bench_result(step_ms=20.0), extra_env=dict(fail, INFEROPS_FAIL_ON_UNCONFIRMED="true"))
+    assert strict.rc == 1 and "[unconfirmed: 2 run(s)" in regressions(strict)[0], strict.stdout + strict.stderr
+    assert "6 regression(s) and fail_on_regression is set: exiting 1" in strict.stderr  # 3 levels x 2 metrics
+    # three steady runs: a window of 3 (INFEROPS_REGRESSION_WINDOW) holds only them, and the slow run is confirmed
+    window = {"INFEROPS_REGRESSION_WINDOW": "3"}
+    for step in (10.4, 9.6, 10.0):
+        assert replay(bench_result(step_ms=step), extra_env=window).rc == 0
+    slow = replay(bench_result(step_ms=25.0), extra_env=dict(fail, **window))
     assert slow.rc == 1, slow.stdout + slow.stderr
-    assert len(regressions(slow)) == 3
+    flagged = regressions(slow)
+    assert len(flagged) == 3 and not any("unconfirmed" in line for line in flagged)
+    # 3 levels x 2 metrics judged: each interval is the 1 - 0.05 / 6 one
+    assert all("window geometric mean of N=3 run(s), 99.17 % prediction interval [" in line for line in flagged)
+    print("\n".join(flagged))
     assert "PLAY RECAP" in slow.stdout and slow.recap()["failed"] == 0
-    assert "fail_on_regression is set: exiting 1" in slow.stderr
-    # a run that does not regress passes with the option on
-    same = replay(bench_result(step_ms=20.0), extra_env={"INFEROPS_FAIL_ON_REGRESSION": "true"})
+    assert "6 confirmed regression(s) and fail_on_regression is set: exiting 1" in slow.stderr
+    # acknowledged (-e regression_ack=all): the window restarts with this run, which passes, and the history says so
+    acked = replay(bench_result(step_ms=25.0), extra_env=dict(fail, **window), extra_vars={"regression_ack": "all"})
+    assert acked.rc == 0 and regressions(acked) == [], acked.stdout + acked.stderr
+    assert "bench_facts: regression_ack all: the regression window" in acked.stdout
+    lines = [json.loads(line) for line in (replay.results / "history.jsonl").read_text().splitlines()]
+    assert [line["ack"] for line in lines if "ack" in line] == ["all"]
+    assert len(lines) == 8 * 3 + 1
+    # a run as slow as the acknowledged one passes with the option on
+    same = replay(bench_result(step_ms=25.0), extra_env=dict(fail, **window))
     assert same.rc == 0 and regressions(same) == []
 
 

@@ -204,3 +204,37 @@ def test_a_drift_reads_as_a_difference_in_blocked_order_and_not_interleaved(swit
     for order in ("blocked", "interleaved"):
         drift = next(line for line in verdicts[order] if "drift of a over the comparison (%s order)" % order in line)
         assert float(drift.split("(\u00d7")[1].split()[0]) < 1.0, drift  # the host slowed down
+
+
+def test_compare_until_decided_stops_when_it_knows_and_says_why(switch, fleet):
+    """compare_until=decided: interleaved rounds of fast4 and slow8 (twice as fast, known from their flags), the
+    first look after 2 rounds, at most 6; it stops at the first look whose sequential interval decides, and the
+    verdict says the rounds and why. A blocked order with it is refused before any engine starts."""
+    fleet.add_variants({"fast4": {"command": stand_in(fleet.port, 4)}, "slow8": {"command": stand_in(fleet.port, 8)}})
+    fleet.set_vars(serving_bench={"concurrency": [2], "requests_per_level": 4, "input_tokens": 8,
+                                  "output_tokens": TOKENS, "warmup": 1})
+    refused = switch(playbook=COMPARE, extra={"variants": "slow8,fast4", "repeats": 2, "compare_until": "decided",
+                                              "compare_order": "blocked"})
+    assert refused.rc != 0
+    assert "compare_until=decided runs interleaved rounds and stops between them: compare_order must be interleaved" \
+        in refused.stdout
+    assert refused.results("inference_server") == []  # refused before any engine started
+    run = switch(playbook=COMPARE, extra={"variants": "slow8,fast4", "repeats": 2, "compare_until": "decided",
+                                          "compare_max_repeats": 6, "compare_budget_s": 600, "keep": "best"})
+    assert run.rc == 0, run.stdout[-4000:]
+    lines = verdict_of(run)
+    print("\n" + "\n".join(lines))
+    said = [r["result"]["msg"] for r in run.results("debug")
+            if ("Say the plan" in r["task"] or "Say where" in r["task"]) and "msg" in r["result"]]
+    print("\n".join(said))
+    assert said[0].startswith("compare localhost: until decided: the first look after 2 round(s), at most 6 (5 planned looks)")
+    stop = next(line for line in lines if "round(s), stopped:" in line)
+    rounds = int(stop.split("ran ")[1].split()[0])
+    assert 2 <= rounds <= 6 and "stopped: decided (every variant decided); fast4 faster;" in stop, stop
+    assert "intervals valid at any of 5 planned looks (each at 99 %" in stop
+    line = next(item for item in lines if item.startswith("compare localhost: fast4 vs slow8 at c=2: output \u00d7"))
+    assert line.endswith(" significant") and not line.endswith("not significant")
+    assert len(said) == 1 + rounds and "a round takes " in said[1] and said[-1].endswith("; stops: decided")
+    verdict = [r for r in run.results("set_fact") if "serve_variant_compare_sequential" in (r["result"].get("ansible_facts") or {})]
+    assert verdict and verdict[-1]["result"]["ansible_facts"]["serve_variant_compare_sequential"]["rounds"] in (rounds, str(rounds))
+    serving(fleet, "fast4")  # keep=best: the winner serves

@@ -111,7 +111,8 @@ def galaxy_user(tmp_path, tarball, fake_gpus, port):
     scratch = tmp_path / "scratch"
     collections_path = scratch / "collections"
     # bench_facts enabled the way README.md ("Installed from Galaxy") tells a user to
-    env = clean_env(scratch, collections_path, dict(fake_gpus.env, ANSIBLE_CALLBACKS_ENABLED="inferops.serving.bench_facts"))
+    env = clean_env(scratch, collections_path, dict(fake_gpus.env, ANSIBLE_CALLBACKS_ENABLED="inferops.serving.bench_facts",
+                                                     XDG_DATA_HOME=str(scratch / "xdg-data")))
     installed = run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--offline",
                      "-p", str(collections_path), str(tarball)], scratch, env)
     assert installed.returncode == 0, installed.stdout + installed.stderr
@@ -134,8 +135,14 @@ def galaxy_user(tmp_path, tarball, fake_gpus, port):
         return run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), "inferops.serving." + name] + list(args),
                    scratch, env)
 
+    def reinstall():
+        """ansible-galaxy collection install --force of the same tarball: what an upgrade does to the installed copy."""
+        return run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--offline", "--force",
+                    "-p", str(collections_path), str(tarball)], scratch, env)
+
     user = types.SimpleNamespace(scratch=scratch, collections=collections_path, env=env, port=port, playbook=playbook,
-                                 installed=collections_path / "ansible_collections" / "inferops" / "serving")
+                                 installed=collections_path / "ansible_collections" / "inferops" / "serving",
+                                 reinstall=reinstall, data=scratch / "xdg-data" / "inferops" / "results")
     yield user
     stopped = user.playbook("stop")
     record = state / "sv.json"
@@ -165,6 +172,10 @@ def test_installed_collection_runs_the_main_job_and_records_the_benchmark(galaxy
         [str(galaxy_user.collections / "ansible_collections")], locations
     assert not [path for path in locations if path.startswith(os.path.join(ROOT, "collections"))], locations
 
+    # an earlier version's history, where it used to go: inside the installed collection
+    old = galaxy_user.installed / "playbooks" / "results"
+    old.mkdir()
+    (old / "history.jsonl").write_text('{"host": "localhost", "variant": "fast", "concurrency": 1, "run": "old"}\n')
     played = galaxy_user.playbook("switch_variant", "-e", "variant=fast", "-vvv")
     out = played.stdout
     assert played.returncode == 0, out[-4000:] + played.stderr[-2000:]
@@ -188,11 +199,15 @@ def test_installed_collection_runs_the_main_job_and_records_the_benchmark(galaxy
     assert ours and all(m.startswith(str(galaxy_user.installed) + "/") for m in ours), ours
     assert not [m for m in modules if m.startswith(ROOT + os.sep) and not m.startswith(sys.prefix + os.sep)], modules
 
-    # bench_facts, enabled by ANSIBLE_CALLBACKS_ENABLED, wrote results/ beside the playbook that ran:
-    # the installed collection's playbooks/ (README.md, "Installed from Galaxy")
-    results = galaxy_user.installed / "playbooks" / "results"
+    # bench_facts, enabled by ANSIBLE_CALLBACKS_ENABLED, wrote to $XDG_DATA_HOME/inferops/results, outside the
+    # installed collection, and named the old history it found inside it, which it left as it was
+    results = galaxy_user.data
     run_file, = results.glob("*-switch_variant.json")
     assert "bench_facts: wrote %s" % run_file in out
+    both = " ".join((out + played.stderr).split())
+    assert "bench_facts: an earlier history is inside the installed collection, at %s; reinstalling the collection " \
+           "deletes it. This run writes to %s." % (old, results) in both, both[-3000:]
+    assert (old / "history.jsonl").read_text().count("\n") == 1 and not list(old.glob("*-switch_variant.json"))
     recorded = json.loads(run_file.read_text())
     assert recorded["playbook"] == str(galaxy_user.installed / "playbooks" / "switch_variant.yml")
     bench, = recorded["hosts"]["localhost"]["benchmarks"]
@@ -202,4 +217,9 @@ def test_installed_collection_runs_the_main_job_and_records_the_benchmark(galaxy
     assert all(lvl["output_throughput"] > 0 for lvl in levels), levels
     assert (results / "history.jsonl").exists()
     assert not (galaxy_user.scratch / "results").exists()
+    # the upgrade: install --force replaces the collection, with the old place inside it; the history lives on
+    history = (results / "history.jsonl").read_text()
+    assert galaxy_user.reinstall().returncode == 0
+    assert not old.exists()
+    assert (results / "history.jsonl").read_text() == history and len(history.splitlines()) == 2
     assert not os.path.exists(os.path.join(ROOT, "playbooks", "results", run_file.name))

@@ -17,7 +17,7 @@ from ansible_collections.inferops.serving.plugins.filter import bench_summary as
 
 from bench_shapes import bench_result, level
 
-ROW_KEYS = ["host", "variant", "fingerprint", "concurrency", "completed", "failed", "output_throughput",
+ROW_KEYS = ["host", "variant", "fingerprint", "concurrency", "repeat", "completed", "failed", "output_throughput",
             "decode_tps_per_request", "e2e_tps_per_request", "ttft_ms", "tpot_ms", "acceptance_length"]
 
 
@@ -43,6 +43,14 @@ def test_one_row_per_level_with_the_p50s_and_the_host():
     assert first["completed"] == 2 and first["failed"] == 0 and first["acceptance_length"] == 2.0
     assert first["output_throughput"] == pytest.approx(result["results"][0]["output_throughput"])
     assert rows[1]["concurrency"] == 8 and rows[1]["completed"] == 16
+    assert first["repeat"] is None  # a single benchmark; a compare's repeats carry their index
+
+
+def test_the_rows_of_repeats_carry_their_repeat_index():
+    result = bench_result((1,))
+    result["results"][0]["labels"] = dict(result["results"][0].get("labels") or {}, repeat=2)
+    rows = summary_filter.bench_summary(result, "gpu-1")
+    assert [row["repeat"] for row in rows] == [2]
 
 
 def test_without_a_host_the_rows_have_no_host_key():

@@ -170,39 +170,41 @@ def rec(tput, tpot, conc=1, variant="v", host="h", fp="f"):
 
 
 def test_no_history_flags_nothing():
-    assert _results_regressions.find_regressions([rec(100.0, 10.0)], {}, 10) == []
+    assert _results_regressions.find_regressions([rec(100.0, 10.0)], [], 10) == []
 
 
 def test_drop_in_throughput_beyond_threshold_is_flagged():
-    prev = {("h", None, "v", 1): rec(100.0, 10.0)}
+    prev = [dict(rec(100.0, 10.0), run="r0")]
     found = _results_regressions.find_regressions([rec(89.0, 10.0)], prev, 10)
     assert [(r["metric"], r["before"], r["after"]) for r in found] == [("output_throughput", 100.0, 89.0)]
+    assert found[0]["confirmed"] is False and found[0]["n"] == 1  # one run before: unconfirmed
     assert _results_regressions.find_regressions([rec(91.0, 10.0)], prev, 10) == []
     assert _results_regressions.find_regressions([rec(150.0, 5.0)], prev, 10) == []  # faster is not a regression
 
 
 def test_rise_in_tpot_beyond_threshold_is_flagged():
-    prev = {("h", None, "v", 1): rec(100.0, 10.0)}
+    prev = [dict(rec(100.0, 10.0), run="r0")]
     found = _results_regressions.find_regressions([rec(100.0, 11.5)], prev, 10)
     assert [r["metric"] for r in found] == ["tpot_ms"] and found[0]["change_pct"] == 15.0
     assert _results_regressions.find_regressions([rec(100.0, 10.9)], prev, 10) == []
 
 
 def test_regressions_compare_only_the_same_host_variant_concurrency():
-    prev = {("h", None, "v", 1): rec(100.0, 10.0)}
+    prev = [dict(rec(100.0, 10.0), run="r0")]
     assert _results_regressions.find_regressions([rec(10.0, 99.0, conc=2), rec(10.0, 99.0, variant="w"),
                                                   rec(10.0, 99.0, host="g")], prev, 10) == []
 
 
 def test_regression_lines_one_per_level_with_before_and_after():
-    prev = {("h", None, "v", 4): dict(rec(100.0, 10.0, conc=4), fingerprint="old", run="r0")}
+    prev = [dict(rec(100.0, 10.0, conc=4), fingerprint="old", run="r0")]
     lines = _results_regressions.regression_lines(_results_regressions.find_regressions([rec(50.0, 20.0, conc=4, fp="new")], prev, 10))
     assert len(lines) == 1
     line = lines[0]
     assert line.startswith("REGRESSION: host h, variant v, concurrency 4: ")
-    assert "output throughput 100.0 \u2192 50.0 tok/s (-50.0 %)" in line
-    assert "TPOT p50 10.00 \u2192 20.00 ms (+100.0 %)" in line
-    assert "[fingerprint old \u2192 new]" in line and "[previous run r0]" in line
+    assert "output throughput 100.0 \u2192 50.0 tok/s (-50.0 %; window geometric mean of N=1 run(s))" in line
+    assert "TPOT p50 10.00 \u2192 20.00 ms (+100.0 %; window geometric mean of N=1 run(s))" in line
+    assert "[unconfirmed: 1 run(s) in the window, 3 needed]" in line
+    assert "[fingerprint old \u2192 new from run r]" in line and "[last run of the window r0]" in line
 
 
 # ---- summary, report, chart ----------------------------------------------------------------
@@ -240,8 +242,9 @@ def test_report_has_a_table_per_host_speedups_and_gpu_check():
 def test_report_shows_the_previous_run_and_regressions():
     col = collect(("h", "throughput_bench", bench_result((1,), variant="v", fingerprint="f", step_ms=20.0)))
     recs = _results_history.history_records(col, LATER, "r2")
-    prev = {("h", None, "v", 1): dict(rec(98.46, 10.0), run="r1")}
-    regs = _results_regressions.find_regressions(recs, prev, 10)
+    history = [dict(rec(98.46, 10.0), run="r1")]
+    prev = _results_history.previous_levels(history)
+    regs = _results_regressions.find_regressions(recs, history, 10)
     run = _results_run.run_document(col, "r2", LATER, "bench.yml", "2.19.14", 10.0, regs)
     report = _results_report.render_report(run, recs, prev, regs, 10.0)
     assert "## Regressions" in report and "- REGRESSION: host h, variant v, concurrency 1" in report
@@ -347,7 +350,7 @@ def test_history_gives_each_repeat_its_own_lines_with_its_index():
     assert [json.loads(json.dumps(r))["repeat"] for r in recs] == [0, 0, 1, 1, None]
 
 
-def test_one_call_with_repeats_is_one_benchmark_per_repeat_and_ratios_take_the_medians():
+def test_one_call_with_repeats_is_one_benchmark_per_repeat_and_ratios_take_the_geometric_means():
     # throughput_bench repeats=3 returns every repeat's levels in one result, each labelled with its repeat
     result = bench_result((1, 4), variant="base", fingerprint="fp-base")
     levels = []
@@ -365,7 +368,8 @@ def test_one_call_with_repeats_is_one_benchmark_per_repeat_and_ratios_take_the_m
     assert [r["repeat"] for r in recs] == [0, 0, 1, 1, 2, 2, None, None]
     index = _results_report._index(recs)  # pylint: disable=protected-access
     one = result["results"][0]["output_throughput"]
-    assert index[("base", 1)]["output_throughput"] == pytest.approx(2.0 * one)  # the median of x1, x3, x2
+    # the verdict's figure: the geometric mean of x1, x3, x2 (the median, x2, it was before)
+    assert index[("base", 1)]["output_throughput"] == pytest.approx(6.0 ** (1.0 / 3.0) * one)
 
 
 def test_the_same_engine_reported_twice_is_one_server():
@@ -509,8 +513,10 @@ def test_finish_with_a_comparison_writes_it_even_without_benchmarks(tmp_path):
 
 def test_replicas_are_compared_each_with_itself_never_with_another():
     r0 = dict(rec(100.0, 10.0), instance="r0")
-    prev = _results_history.previous_levels([dict(r0, run="r1"), dict(rec(10.0, 50.0), instance="r1", run="r1")])
+    history = [dict(r0, run="r1"), dict(rec(10.0, 50.0), instance="r1", run="r1")]
+    prev = _results_history.previous_levels(history)
     assert sorted(prev) == [("h", "r0", "v", 1), ("h", "r1", "v", 1)]
+    prev = history
     # r0 as fast as before: no regression, although r1 was slower before and r0 is slower than r1 was
     assert _results_regressions.find_regressions([dict(r0, run="r2")], prev, 10) == []
     slow = _results_regressions.find_regressions([dict(rec(50.0, 10.0), instance="r1", run="r2")], prev, 10)

@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _compare as cmp
+from ansible_collections.inferops.serving.plugins.plugin_utils import _compare as cmp, _stats
 
 from bench_shapes import bench_result, level
 
@@ -77,42 +77,42 @@ T_TABLE = [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706), (9,
 
 @pytest.mark.parametrize("df, expected", T_TABLE)
 def test_t_quantile_matches_the_printed_tables(df, expected):
-    assert cmp.t_quantile(0.975, df) == pytest.approx(expected, abs=6e-5)
-    assert cmp.t_quantile(0.025, df) == pytest.approx(-expected, abs=6e-5)  # symmetric
+    assert _stats.t_quantile(0.975, df) == pytest.approx(expected, abs=6e-5)
+    assert _stats.t_quantile(0.025, df) == pytest.approx(-expected, abs=6e-5)  # symmetric
 
 
 @pytest.mark.parametrize("p, df, expected", [
     (0.995, 1, 63.6567), (0.995, 3, 5.8409), (0.995, 10, 3.1693), (0.95, 2, 2.9200), (0.95, 7, 1.8946), (0.9, 1, 3.0777),
     (0.9, 15, 1.3406)])
 def test_t_quantile_at_other_levels(p, df, expected):
-    assert cmp.t_quantile(p, df) == pytest.approx(expected, abs=6e-5)
-    assert cmp.t_quantile(0.5, df) == 0.0
+    assert _stats.t_quantile(p, df) == pytest.approx(expected, abs=6e-5)
+    assert _stats.t_quantile(0.5, df) == 0.0
 
 
 def test_t_cdf_matches_the_closed_forms_of_one_and_two_degrees_of_freedom():
     for t in (-30.0, -2.0, -0.3, 0.0, 0.7, 4.3027, 12.7062, 100.0):
-        assert cmp.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-13)  # Cauchy
-        assert cmp.t_cdf(t, 2) == pytest.approx(0.5 + t / (2.0 * math.sqrt(2.0 + t * t)), abs=1e-13)
-    assert cmp.t_cdf(1.959963984540054, 1e12) == pytest.approx(0.975, abs=1e-12)
+        assert _stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-13)  # Cauchy
+        assert _stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2.0 * math.sqrt(2.0 + t * t)), abs=1e-13)
+    assert _stats.t_cdf(1.959963984540054, 1e12) == pytest.approx(0.975, abs=1e-12)
 
 
 def test_non_integer_degrees_of_freedom_fall_between_their_neighbours_and_invert_the_cdf():
     """Welch's df is rarely whole: 1.3 lies between 1 and 2 (where Hill's approximation alone is 3 % off)."""
     grid = [1.0 + 0.05 * i for i in range(0, 181)]  # 1 to 10
-    quantiles = [cmp.t_quantile(0.975, df) for df in grid]
+    quantiles = [_stats.t_quantile(0.975, df) for df in grid]
     assert all(a > b for a, b in zip(quantiles, quantiles[1:]))  # falls as df grows
-    assert cmp.t_quantile(0.975, 1) > cmp.t_quantile(0.975, 1.3) > cmp.t_quantile(0.975, 2)
-    assert cmp.t_quantile(0.975, 2) > cmp.t_quantile(0.975, 2.5) > cmp.t_quantile(0.975, 3)
+    assert _stats.t_quantile(0.975, 1) > _stats.t_quantile(0.975, 1.3) > _stats.t_quantile(0.975, 2)
+    assert _stats.t_quantile(0.975, 2) > _stats.t_quantile(0.975, 2.5) > _stats.t_quantile(0.975, 3)
     for df in (1.0, 1.3, 1.77, 2.5, 3.85, 7.2, 18.6, 250.5):
         for p in (0.6, 0.9, 0.975, 0.999):
-            assert cmp.t_cdf(cmp.t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)
-    assert cmp.t_quantile(0.975, 1.3) == pytest.approx(7.50053, abs=5e-5)
+            assert _stats.t_cdf(_stats.t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)
+    assert _stats.t_quantile(0.975, 1.3) == pytest.approx(7.50053, abs=5e-5)
 
 
 @pytest.mark.parametrize("p, df", [(0.0, 3), (1.0, 3), (1.5, 3), (0.975, 0), (0.975, -1.0)])
 def test_t_quantile_refuses_what_has_no_quantile(p, df):
     with pytest.raises(ValueError):
-        cmp.t_quantile(p, df)
+        _stats.t_quantile(p, df)
 
 
 # ---- summaries and intervals ------------------------------------------------------------------
@@ -186,8 +186,8 @@ def test_the_ratio_is_of_geometric_means_with_a_welch_interval_on_the_logs():
     assert out["df"] == pytest.approx(df, rel=1e-12) and 2 < df < 5
     # the interval's ends are exactly t(0.975, df) standard errors from the difference of the mean logs
     diff, se = statistics.fmean(lv) - statistics.fmean(lb), math.sqrt(vb + vv)
-    assert cmp.t_cdf((math.log(out["ci_high"]) - diff) / se, df) == pytest.approx(0.975, abs=1e-12)
-    assert cmp.t_cdf((math.log(out["ci_low"]) - diff) / se, df) == pytest.approx(0.025, abs=1e-12)
+    assert _stats.t_cdf((math.log(out["ci_high"]) - diff) / se, df) == pytest.approx(0.975, abs=1e-12)
+    assert _stats.t_cdf((math.log(out["ci_low"]) - diff) / se, df) == pytest.approx(0.025, abs=1e-12)
     assert out["significant"] and out["why"] is None
     # symmetric: the other way round is the inverse, interval and all
     back = cmp.ratio(variant, base)
@@ -229,7 +229,7 @@ def test_goodput_ratio_is_fiellers_interval_of_the_ratio_of_means():
     assert out["estimate"] == "ratio of means" and out["ratio"] == pytest.approx(rho)
     assert (out["base_median"], out["variant_median"]) == (pytest.approx(mb), pytest.approx(mv))
     assert out["df"] == pytest.approx(df, rel=1e-12)
-    q = cmp.t_quantile(0.975, df)
+    q = _stats.t_quantile(0.975, df)
     for end in (out["ci_low"], out["ci_high"]):  # each end solves (mv - rho mb)^2 = t^2 (ev + rho^2 eb)
         assert (mv - end * mb) ** 2 == pytest.approx(q * q * (ev + end * end * eb), rel=1e-9)
     assert 0.0 < out["ci_low"] < rho < out["ci_high"] < 1.0 and out["significant"]

@@ -54,7 +54,7 @@ import pytest
 if __name__ == "__main__":  # run as a script: the collection through the checkout's link, as conftest does
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "collections"))
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _compare as cmp  # noqa: E402
+from ansible_collections.inferops.serving.plugins.plugin_utils import _compare as cmp, _stats  # noqa: E402
 
 PAIRS = 10000
 SHIFT = 1.10
@@ -105,7 +105,7 @@ class Quantiles(object):
 
     def _at(self, k):
         if k not in self.grid:
-            self.grid[k] = cmp.t_quantile(P, k / float(self.STEPS))
+            self.grid[k] = _stats.t_quantile(P, k / float(self.STEPS))
         return self.grid[k]
 
     def above(self, stat, df):
@@ -115,7 +115,7 @@ class Quantiles(object):
         if stat <= self._at(k + 1):  # not above the smaller one ((k + 1) / 64 > df)
             return False
         self.exact += 1
-        return stat > cmp.t_quantile(P, df)
+        return stat > _stats.t_quantile(P, df)
 
 
 def _welch_df(parts):

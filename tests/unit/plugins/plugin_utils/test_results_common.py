@@ -44,7 +44,7 @@ def test_the_compare_view_keeps_its_rank_order_labels_and_places():
 
 def test_the_summary_view_is_the_identity_then_the_figures_in_their_order():
     assert _results_common.SUMMARY_KEYS == (
-        "host", "variant", "fingerprint", "concurrency", "completed", "failed", "output_throughput",
+        "host", "variant", "fingerprint", "concurrency", "repeat", "completed", "failed", "output_throughput",
         "decode_tps_per_request", "e2e_tps_per_request", "ttft_ms", "tpot_ms", "acceptance_length")
 
 
@@ -125,5 +125,6 @@ def test_plugin_utils_has_no_import_cycle():
     graph = _imports_among_plugin_utils()
     assert "_bench_facts" not in graph
     assert graph["_results_common"] == set()
-    assert graph["_compare"] == {"_results_common", "_resolved_diff", "_steady"}
+    assert graph["_compare"] == {"_results_common", "_resolved_diff", "_steady", "_stats", "_compare_render", "_compare_schedule"}
+    assert graph["_stats"] == set()
     assert [name for name in sorted(graph) if name in _reachable(graph, name)] == []

@@ -51,6 +51,24 @@ def _digest_before_0_4_0(bench):
     return "bench:" + hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
+def _digest_before_0_5_0(bench):
+    """bench_digest as it was in 0.4.0: warmup as given (unset differed from 1), the steady-state keys as numbers."""
+    keys = ("api", "concurrency", "requests_per_level", "input_tokens", "output_tokens", "ignore_eos", "slo", "warmup", "model")
+    settings = dict((key, bench.get(key)) for key in keys)
+    settings["warmup_tolerance"], settings["warmup_max_s"] = 0.05, 120.0
+    return "bench:" + hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def test_warmup_unset_and_1_share_a_digest_and_the_0_4_0_history_is_not_measured():
+    bench = {"concurrency": [1, 32], "output_tokens": 256}
+    digest = _tune.bench_digest(bench)
+    assert digest == _tune.bench_digest(dict(bench, warmup=1)) == _tune.bench_digest(dict(bench, warmup="1"))
+    assert digest != _tune.bench_digest(dict(bench, warmup=0))
+    assert digest != _digest_before_0_5_0(bench) and digest != _digest_before_0_5_0(dict(bench, warmup=1))
+    history = [record(1, repeat, 8, 100.0, digest=_digest_before_0_5_0(dict(bench, warmup=1))) for repeat in (0, 1)]
+    assert _tune.measured(history, "h", "sha256:a", digest, 2) == []
+
+
 def test_the_digest_counts_the_warm_up_to_steady_state_so_older_history_is_not_measured():
     bench = {"concurrency": [1, 32], "output_tokens": 256, "warmup": 1}
     digest = _tune.bench_digest(bench)
