@@ -274,7 +274,7 @@ def _stop(ctx):
         # what the check after the stop would find, once this instance's processes are gone: a blocker
         # (another instance's engine, a protected daemon) fails the plan as it would fail the run
         found, result["gpu_check"] = _preflight.gpu_problems(params, sup.processes(record), ctx.host.run,
-                                                             ctx.host.find_smi, owner=sup.marker)
+                                                             ctx.host.find_smi, owner=sup.marker, write=False)
         if found:
             raise ServerError("GPUs would not be clean after stopping %s: %s" % (params["name"], "; ".join(found)),
                               **result)
