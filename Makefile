@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
+.PHONY: help setup test-packages test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -96,7 +96,19 @@ router-env: $(ROUTER_VENV)/.installed ## the side environment holding the pinned
 # The tests marked `timing` (measured times against a server of known timing, to a few per cent) run after,
 # alone: on a 2-core machine a second worker's load moves those figures.
 INTEGRATION_WORKERS ?= 2
-integration: setup router-env ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
+# The real Prometheus parts of the metrics tests (tests/integration/test_metrics.py): node_exporter's textfile
+# collector and promtool, the distribution's packages prometheus-node-exporter and prometheus, installed with
+# apt-get when missing (CI runs as root with the package archive reachable), as tests/fleet/testbed.sh installs sshd.
+test-packages: ## prometheus-node-exporter and promtool (Debian packages) for the metrics tests, installed when missing
+	@missing=(); command -v prometheus-node-exporter >/dev/null || missing+=(prometheus-node-exporter); \
+	  command -v promtool >/dev/null || missing+=(prometheus); \
+	  if [ $${#missing[@]} -gt 0 ]; then \
+	    echo "test-packages: installing $${missing[*]}"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; \
+	  fi
+
+integration: setup router-env test-packages ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
 	python tools/build_tiny_model.py --out build/tiny-model >/dev/null 2>&1
 	python -m pytest -q -n $(INTEGRATION_WORKERS) -m "not timing" tests/integration
 	python -m pytest -q -m timing tests/integration

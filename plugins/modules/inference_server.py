@@ -313,6 +313,23 @@ options:
       - Set V(false) for an engine build whose help is incomplete. O(engine=command) is never checked.
     type: bool
     default: true
+  metrics_dir:
+    description:
+      - A directory of node_exporter's textfile collector (such as C(/var/lib/node_exporter/textfile_collector)).
+        After each call but in check mode, the instance's series are written to C(inferops_NAME.prom) there (a
+        replica's C(sv.a) gives C(inferops_sv_a.prom)), atomically (a temp file in the directory, then a
+        rename), mode 0644, with no secret; the directory is created 0755 when missing.
+      - "The series (docs/metrics.md): C(inferops_serving_info), C(inferops_serving_up), C(inferops_switch_last_timestamp_seconds),
+        C(inferops_switch_duration_seconds), C(inferops_switch_total{outcome}) (counted once per switch, kept in
+        C(STATE_DIR/NAME.metrics.json) across runs) and the GPUs' health (C(inferops_gpu_healthy{gpu}) and one
+        series per signal). M(inferops.serving.throughput_bench) adds the benchmark's to the same file."
+      - With the C(process) supervisor, the engine's watchdog rewrites C(inferops_serving_up) to 0 when the engine
+        ends between runs.
+      - Unset, nothing is written.
+    type: path
+  metrics_host:
+    description: The C(host) label of the series (the roles pass C(inventory_hostname)); unset, the host name.
+    type: str
   resolved_from:
     description:
       - How RV(resolved), the settings the engine really resolved, is read once the server is ready.
@@ -614,6 +631,11 @@ recovered:
   returned: when the state file was rebuilt
   type: str
   sample: 'state file was corrupt: rebuilt from pid 4242 (variant fast)'
+metrics_file:
+  description: The metrics file this call wrote (O(metrics_dir)).
+  returned: when O(metrics_dir) is set, but not in check mode
+  type: str
+  sample: /var/lib/node_exporter/textfile_collector/inferops_sv.prom
 gpu_check:
   description: The result of O(gpu_check) (the return values of M(inferops.serving.gpu_idle_check)).
   returned: when O(gpu_check) ran
@@ -725,6 +747,16 @@ def validate(p):
     return errors
 
 
+def _export(module, p, result, into):
+    """The instance's metrics file (metrics_dir), never in check mode; a failure to write it warns."""
+    if module.check_mode or not p["metrics_dir"]:
+        return
+    try:
+        into["metrics_file"] = _server.export_metrics(p, result)
+    except (IOError, OSError) as exc:
+        module.warn("metrics_dir %s: the metrics file was not written: %s" % (p["metrics_dir"], exc))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -745,6 +777,8 @@ def main():
             flag_check=dict(type="bool", default=True),
             switch_id=dict(type="str"),
             resolved_from=dict(type="str", default="auto", choices=["auto", "sglang", "vllm", "transformers", "none"]),
+            metrics_dir=dict(type="path"),
+            metrics_host=dict(type="str"),
             **_instance_args.INSTANCE_SPEC
         ),
         required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],
@@ -769,7 +803,12 @@ def main():
     try:
         changed, result, diff = _server.reconcile(p, host, check_mode=module.check_mode)
     except _server.ServerError as exc:  # reconcile() turns EngineError and SupervisorError into it
-        module.fail_json(msg=str(exc), **exc.extra)
+        extra = dict(exc.extra)
+        _export(module, p, dict(extra, outcome=extra.get("outcome") or "nothing_stopped"), extra)
+        module.fail_json(msg=str(exc), **extra)
+    _export(module, p, result, result)
+    for warning in ((result.get("gpu_check") or {}).get("health") or {}).get("warnings", []):
+        module.warn(warning)
     if module._diff:
         result["diff"] = diff
     module.exit_json(changed=changed, **result)
