@@ -315,9 +315,9 @@ def assess(gpus, health, run, phase="before", write=True, now=None, boot=None):
         total = sum(v for v in growth.values() if v > 0)
         gpu["health"]["nvlink_growth"] = growth
         if total > health["nvlink_errors_max"]:
+            grown = ", ".join("%s +%d" % kv for kv in sorted(growth.items()))
             _signal(gpu, "nvlink", "block", "NVLink errors grew by %d since the last clean check (%s; "
-                    "health.nvlink_errors_max %d)" % (total, ", ".join("%s +%d" % kv for kv in sorted(growth.items())),
-                                                     health["nvlink_errors_max"]))
+                    "health.nvlink_errors_max %d)" % (total, grown, health["nvlink_errors_max"]))
     # the PCIe link against its maximum
     for gpu in gpus:
         pcie = gpu.get("pcie") or {}

@@ -202,8 +202,8 @@ class IdleCheck(object):
 
 def unhealthy_line(gpu):
     """'GPU 3 (GPU-..., PCI 00000000:3B:00.0) is unhealthy: xid: Xid 79 ...': the index, the bus id and each signal."""
-    return "GPU %d (%s, PCI %s) is unhealthy: %s" % (gpu["index"], gpu["uuid"], gpu.get("pci_bus_id") or "unknown",
-                                                    ", ".join(gpu["health"]["problems"]))
+    return "GPU %d (%s, PCI %s) is unhealthy: %s" % (
+        gpu["index"], gpu["uuid"], gpu.get("pci_bus_id") or "unknown", ", ".join(gpu["health"]["problems"]))
 
 
 # The parameters of a check, as gpu_idle_check takes them and as inference_server's gpu_check takes them.

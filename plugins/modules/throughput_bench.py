@@ -171,8 +171,8 @@ options:
   metrics:
     description:
       - Write the benchmark's figures to an instance's metrics file for node_exporter's textfile collector
-        (the file M(inferops.serving.inference_server) writes with its O(inferops.serving.inference_server#module:metrics_dir)):
-        per concurrency, C(inferops_bench_output_throughput_tokens_per_second), C(inferops_bench_ttft_p50_seconds),
+        (the file M(inferops.serving.inference_server) writes with its O(inferops.serving.inference_server#module:metrics_dir)),
+        per concurrency C(inferops_bench_output_throughput_tokens_per_second), C(inferops_bench_ttft_p50_seconds),
         C(inferops_bench_tpot_p50_seconds), and C(inferops_bench_last_timestamp_seconds) (docs/metrics.md).
       - The file's other series are kept; it is replaced atomically, mode 0644, with no secret. With O(repeats),
         the last repeat of each level is written. Not in check mode.

@@ -14,8 +14,6 @@ from switchbed import PLAY, engines, flat, fleet, observed, started, switch, unt
 
 from ansible_collections.inferops.serving.plugins.module_utils import _procs
 
-import pytest
-
 BUS_2 = "00000000:3A:00.0"  # fake_nvidia_smi.BUS_IDS[2]
 CHECK = {"backend": "nvidia_smi", "timeout": 10, "kill_grace": 2}
 

@@ -64,8 +64,8 @@ def value(families, name, **labels):
 
 
 def excerpt(label, text):
-    lines = [line for line in text.splitlines() if line.startswith(("inferops_serving", "inferops_switch", "inferops_bench_output",
-                                                                     'inferops_gpu_healthy{gpu="2"', "node_textfile_scrape_error"))]
+    wanted = ("inferops_serving", "inferops_switch", "inferops_bench_output", 'inferops_gpu_healthy{gpu="2"', "node_textfile_scrape_error")
+    lines = [line for line in text.splitlines() if line.startswith(wanted)]
     print("\nSCRAPE %s:\n  %s" % (label, "\n  ".join(lines)))
 
 
@@ -88,7 +88,7 @@ def test_node_exporter_serves_the_instance_after_a_switch_a_rollback_a_refusal_a
     path = exporter.dir / "inferops_sv.prom"
     assert oct(path.stat().st_mode & 0o777) == "0o644" and oct(exporter.dir.stat().st_mode & 0o777) == "0o755"
     if PROMTOOL:  # the naming conventions, as Prometheus' own linter reads them
-        lint = subprocess.run([PROMTOOL, "check", "metrics"], input=path.read_text(), capture_output=True, text=True)
+        lint = subprocess.run([PROMTOOL, "check", "metrics"], input=path.read_text(), capture_output=True, text=True, check=False)
         assert lint.returncode == 0, lint.stdout + lint.stderr
 
     run = switch("crash", extra={"bench": "never"})
@@ -128,5 +128,5 @@ def test_node_exporter_serves_the_instance_after_a_switch_a_rollback_a_refusal_a
 def test_the_example_alert_rules_pass_promtool():
     assert PROMTOOL, "promtool is not installed: run `make test-packages`"
     check = subprocess.run([PROMTOOL, "check", "rules", os.path.join(ROOT, "docs", "inferops-alerts.rules.yml")],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, check=False)
     assert check.returncode == 0 and "SUCCESS: 3 rules found" in check.stdout, check.stdout + check.stderr

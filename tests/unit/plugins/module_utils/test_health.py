@@ -93,8 +93,8 @@ def test_an_ack_moves_the_window_and_is_recorded_with_the_time(tmp_path):
                             Run(journalctl=(0, journal, "")), boot=BOOT, now=BOOT + 100)
     assert report["acked"] == [{"index": 3, "pci_bus_id": "00000000:3B:00.0", "at": BOOT + 100}]
     assert _health.problems(gpus[0]) == []
-    assert json.loads((tmp_path / "gpu-health.json").read_text())["0000:3b:00"]["ack"] == {"at": BOOT + 100,
-                                                                                          "by": "00000000:3b:00.0"}
+    recorded = json.loads((tmp_path / "gpu-health.json").read_text())["0000:3b:00"]["ack"]
+    assert recorded == {"at": BOOT + 100, "by": "00000000:3b:00.0"}
     bad = _health.assess([gpu(3, "00000000:3B:00.0")], {"ack": ["7"]}, Run(journalctl=(0, "", "")), boot=BOOT)
     assert "gpu_health_ack '7' names no GPU" in bad["errors"][0]
 
