@@ -19,7 +19,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup gate-setup tiny-model check check-setup check-units check-smoke test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
+.PHONY: help setup gate-setup tiny-model test-packages check check-setup check-units check-smoke test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -55,7 +55,7 @@ test: ## everything CI runs, stage by stage, ending with the stage table (under 
 	$(PYTHON) tools/gate.py $(GATE_STAGES)
 
 # Everything the stages install or build, so that its time is its own row of the table.
-gate-setup: setup router-env engine-envs $(VENV_LATEST)/.installed tiny-model ## every environment the gate needs, and the tiny model
+gate-setup: setup router-env engine-envs $(VENV_LATEST)/.installed tiny-model test-packages ## every environment the gate needs, and the tiny model
 
 tiny-model: setup ## the tiny random Qwen3 of the demo and the tests (build/tiny-model; local, idempotent)
 	python tools/build_tiny_model.py --out build/tiny-model >/dev/null
@@ -139,7 +139,19 @@ router-env: $(ROUTER_VENV)/.installed $(ROUTER_VENV)-smg/.installed $(ROUTER_VEN
 # The tests marked `timing` (measured times against a server of known timing, to a few per cent) run after,
 # alone: on a 2-core machine a second worker's load moves those figures.
 INTEGRATION_WORKERS ?= 2
-integration: setup router-env tiny-model ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
+# The real Prometheus parts of the metrics tests (tests/integration/test_metrics.py): node_exporter's textfile
+# collector and promtool, the distribution's packages prometheus-node-exporter and prometheus, installed with
+# apt-get when missing (CI runs as root with the package archive reachable), as tests/fleet/testbed.sh installs sshd.
+test-packages: ## prometheus-node-exporter and promtool (Debian packages) for the metrics tests, installed when missing
+	@missing=(); command -v prometheus-node-exporter >/dev/null || missing+=(prometheus-node-exporter); \
+	  command -v promtool >/dev/null || missing+=(prometheus); \
+	  if [ $${#missing[@]} -gt 0 ]; then \
+	    echo "test-packages: installing $${missing[*]}"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; \
+	  fi
+
+integration: setup router-env tiny-model test-packages ## integration tests: real ansible-playbook runs on localhost, INTEGRATION_WORKERS at once, then the timing tests alone
 	python -m pytest -q -n $(INTEGRATION_WORKERS) -m "not timing" --stage integration tests/integration
 	python -m pytest -q -m timing --stage integration-timing tests/integration
 

@@ -27,6 +27,8 @@ for _path in (os.path.join(ROOT, "collections"), SUPPORT):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+import fake_dcgmi  # noqa: E402  pylint: disable=wrong-import-position
+import fake_kernel_log  # noqa: E402  pylint: disable=wrong-import-position
 import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
 import pytest_gate  # noqa: E402  pylint: disable=wrong-import-position
 # the gate's ceiling per test, floor and slow-test report, for every stage (tests/support/pytest_gate.py)
@@ -186,6 +188,7 @@ class FakeGpus(object):
         bindir.mkdir(parents=True)
         self.state_file = self.dir / "state.json"
         fake_nvidia_smi.install(bindir)
+        fake_kernel_log.install(bindir)  # the fake host's own kernel log: journalctl and dmesg
         self.bindir = str(bindir)
         self.children = []
         self.state = {"driver": True, "holders": [],
@@ -201,6 +204,23 @@ class FakeGpus(object):
 
     def save(self):
         self.state_file.write_text(json.dumps(self.state))
+
+    def install_dcgmi(self):
+        """Put the fake `dcgmi` on this host's PATH (a host without it has no DCGM)."""
+        fake_dcgmi.install(self.bindir)
+
+    def dcgmi_calls(self):
+        path = self.dir / "dcgmi-calls.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def xid(self, gpu, code, text="", at=None):
+        """Log an Xid for GPU index gpu in the fake kernel log, as the driver words it."""
+        bus = fake_nvidia_smi.bus_id(self.state["gpus"][gpu])
+        kernel = "PCI:0000:%s" % bus.split(":", 1)[1][:5].lower()
+        self.state.setdefault("kernel_log", []).append(
+            {"at": time.time() if at is None else at,
+             "line": "NVRM: Xid (%s): %d, pid='<unknown>', name=<unknown>, %s" % (kernel, code, text or "fake event")})
+        self.save()
 
     def hold(self, gpu, used_mib=8192, args=(), argv=None, name=None):
         """Start a real process and report it as holding `used_mib` on `gpu` while it lives."""

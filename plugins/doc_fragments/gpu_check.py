@@ -79,4 +79,68 @@ options:
       - With V(false), such a host reports RV(gpus=[]) and succeeds (a CPU host).
     type: bool
     default: true
+  health:
+    description:
+      - The health signals read for each GPU of the check, besides the driver's counters (ECC, retired pages, row
+        remaps, MIG mode), which are always read. Unset, each signal is read with its default below.
+      - A problem found before a stop (O(inferops.serving.inference_server#module:gpu_check)) fails the switch with
+        C(nothing was stopped), naming the GPU index, its PCI bus id and the signal; one found after the stop starts
+        nothing and ends C(restore_failed).
+      - See docs/gpu-health.md for the privileges each read needs.
+    type: dict
+    suboptions:
+      xid:
+        description:
+          - Xid events of this boot in the kernel log (C(journalctl -k), else C(dmesg)), matched to each GPU by PCI
+            bus id, since the GPU's last clean check (recorded in O(health.state_dir)) or its last O(health.ack),
+            else since boot.
+          - V(check) warns when the log cannot be read, naming why; V(require) makes that an error; V(skip) reads no log.
+        type: str
+        choices: [check, require, skip]
+        default: check
+      xid_fatal:
+        description:
+          - The Xid codes that make a GPU unhealthy; any other code in the window warns.
+          - Unset, the codes whose immediate action in NVIDIA's Xid catalog is a GPU reset or a reboot (48, 61, 62,
+            63, 64, 74, 79, 92, 95, 119, 120, 136, 140, 143, 154). 94 (contained ECC, restart the application) warns.
+        type: list
+        elements: int
+      nvlink_errors_max:
+        description: The NVLink CRC, replay and recovery errors a GPU may gain since its last clean check.
+        type: int
+        default: 0
+      pcie_downgrade:
+        description:
+          - A PCIe link trained narrower than its maximum width (x8 of x16) V(warn)s, V(fail)s the GPU, or is V(ignore)d.
+          - A lower link generation alone is a note, never a problem; an idle GPU trains it down to save power.
+        type: str
+        choices: [warn, fail, ignore]
+        default: warn
+      dcgm_diag:
+        description:
+          - Run C(dcgmi diag -r LEVEL) on the GPUs of the check; V(0) runs none.
+          - Level V(1) (seconds) runs before the stop; level V(2) (about 2 minutes, wants idle GPUs) runs after the
+            stop, which the run reports as downtime (C(health.dcgm) in the result of the check). M(inferops.serving.gpu_idle_check)
+            runs either level.
+        type: int
+        choices: [0, 1, 2]
+        default: 0
+      dcgm:
+        description: With V(check) a missing C(dcgmi) is a note; with V(require) it is an error.
+        type: str
+        choices: [check, require]
+        default: check
+      ack:
+        description:
+          - GPUs (index, PCI bus id or UUID) an operator has reset or repaired. Their Xid window and NVLink
+            baseline move to now, recorded with the time in O(health.state_dir).
+          - The roles pass C(-e gpu_health_ack=...).
+        type: list
+        elements: str
+      state_dir:
+        description:
+          - Where C(gpu-health.json) keeps each GPU's last clean check and acknowledgement.
+          - M(inferops.serving.inference_server) uses its O(inferops.serving.inference_server#module:state_dir) when
+            unset; M(inferops.serving.gpu_idle_check) then records nothing and its window starts at boot.
+        type: path
 """

@@ -12,7 +12,10 @@ so everything above this file (the idle check, the callback) sees one shape.
 from __future__ import annotations
 
 import csv
+import re
 import threading
+
+from ansible_collections.inferops.serving.plugins.module_utils import _health
 
 MIB = 1024 * 1024
 
@@ -26,6 +29,16 @@ _SMI_HEALTH = ("ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
 _SMI_GPU = _SMI_BASE + _SMI_HEALTH  # --query-gpu with health; _SMI_BASE alone where nvidia-smi refuses those
 _SMI_APPS = ("gpu_uuid", "pid", "process_name", "used_memory")
 _SMI_REMAP = ("gpu_uuid", "remapped_rows.pending", "remapped_rows.failure")
+# The PCI bus id and the PCIe link (nvidia-smi --help-query-gpu: "pci.bus_id", "pcie.link.gen.current",
+# "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max"), a query of their own so that an
+# nvidia-smi refusing one of them keeps the health fields above
+_SMI_PCI = ("uuid", "pci.bus_id", "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current",
+            "pcie.link.width.max")
+# `nvidia-smi nvlink -e` (nvidia-smi(1), "nvlink -e, --errorcounters"): per GPU a header line
+# "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)" then "\t Link 0: Replay Errors: 0", "Recovery Errors", "CRC Errors"
+# (older drivers: "CRC Flit Errors" / "CRC Data Errors"); a GPU without NVLink lists no link
+_NVLINK_GPU = re.compile(r"^GPU (\d+): .*\(UUID: ([^)]+)\)")
+_NVLINK_COUNTER = re.compile(r"Link \d+: (Replay|Recovery|CRC[A-Za-z ]*) Errors: (\d+)")
 
 _NO_DRIVER_HINTS = ("couldn't communicate with the nvidia driver", "no devices were found",
                     "driver not loaded", "nvml: driver/library version mismatch")
@@ -75,6 +88,8 @@ def new_gpu(index, uuid, name, used, total, reserved=None):
         "index": index, "uuid": uuid, "name": name,
         "memory_used_mib": used, "memory_total_mib": total, "memory_reserved_mib": reserved,
         "processes": [], "mig_mode": None, "mig_devices": [],
+        "pci_bus_id": None, "pcie": {"gen_current": None, "gen_max": None, "width_current": None, "width_max": None},
+        "nvlink": None,
         "health": {"ecc_uncorrected_volatile": None, "retired_pages_pending": None,
                    "remapped_rows_pending": None, "remapped_rows_failure": None,
                    "mig_mode_pending": None},
@@ -95,7 +110,25 @@ def health_problems(gpu):
     pending = health.get("mig_mode_pending")
     if pending is not None and gpu.get("mig_mode") is not None and pending != gpu["mig_mode"]:
         problems.append("MIG mode change pending (%s -> %s; reset the GPU)" % (gpu["mig_mode"], pending))
+    problems.extend(_health.problems(gpu))
     return problems
+
+
+def parse_nvlink_errors(text):
+    """{uuid: {"replay", "recovery", "crc"} summed over the links} from `nvidia-smi nvlink -e`; a GPU with no
+    link is left out."""
+    found, uuid = {}, None
+    for line in (text or "").splitlines():
+        header = _NVLINK_GPU.match(line.strip())
+        if header:
+            uuid = header.group(2).strip()
+            continue
+        counter = _NVLINK_COUNTER.search(line)
+        if counter and uuid:
+            kind = counter.group(1).split()[0].lower()
+            counts = found.setdefault(uuid, {"replay": 0, "recovery": 0, "crc": 0})
+            counts[kind] += int(counter.group(2))
+    return found
 
 
 class NvmlBackend(object):
@@ -192,6 +225,7 @@ class NvmlBackend(object):
             pages = self._optional(nv.nvmlDeviceGetRetiredPagesPendingStatus, handle)
             if pages is not None:
                 checks["retired_pages_pending"] = bool(pages)
+            self._pci(handle, gpu)
             mig = self._optional(nv.nvmlDeviceGetMigMode, handle)
             self._mig_parents.discard(index)
             if mig is not None:
@@ -203,6 +237,34 @@ class NvmlBackend(object):
                     self._mig_devices(handle, gpu)
             gpus.append(gpu)
         return gpus
+
+    def _pci(self, handle, gpu):
+        """The bus id, the PCIe link and the NVLink error counters (NVML API reference, "Device Queries":
+        nvmlDeviceGetPciInfo .busId, nvmlDeviceGetCurrPcieLinkGeneration / MaxPcieLinkGeneration /
+        CurrPcieLinkWidth / MaxPcieLinkWidth, nvmlDeviceGetNvLinkErrorCounter with NVML_NVLINK_ERROR_DL_REPLAY 0,
+        _RECOVERY 1, _CRC_FLIT 2, _CRC_DATA 3 per link up to NVML_NVLINK_MAX_LINKS)."""
+        nv = self.nv
+        info = self._optional(nv.nvmlDeviceGetPciInfo, handle) if hasattr(nv, "nvmlDeviceGetPciInfo") else None
+        if info is not None:
+            gpu["pci_bus_id"] = _text(getattr(info, "busId", None) or getattr(info, "busIdLegacy", None))
+        pcie = gpu["pcie"]
+        for key, func in (("gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"), ("gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                          ("width_current", "nvmlDeviceGetCurrPcieLinkWidth"), ("width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
+            if hasattr(nv, func):
+                pcie[key] = self._optional(getattr(nv, func), handle)
+        counter = getattr(nv, "nvmlDeviceGetNvLinkErrorCounter", None)
+        if counter is None:
+            return
+        counts, links = {"replay": 0, "recovery": 0, "crc": 0}, 0
+        for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+            values = [self._optional(counter, handle, link, kind) for kind in (0, 1, 2, 3)]
+            if all(v is None for v in values):
+                continue
+            links += 1
+            counts["replay"] += values[0] or 0
+            counts["recovery"] += values[1] or 0
+            counts["crc"] += (values[2] or 0) + (values[3] or 0)
+        gpu["nvlink"] = counts if links else None
 
     def _uuid(self, index):
         if index not in self._uuids:
@@ -241,6 +303,8 @@ class SmiBackend(object):
         self.binary = binary
         self._health = True   # drop the health fields once this nvidia-smi refuses them
         self._remap = True
+        self._pci = True      # the PCI / PCIe fields, and `nvlink -e`, dropped once refused
+        self._nvlink = True
         self._first = None    # the full read that indices() took, for the check's first snapshot
 
     def close(self):
@@ -304,7 +368,13 @@ class SmiBackend(object):
                    ("--query-compute-apps", _SMI_APPS, False)]
         if with_remap:
             queries.append(("--query-remapped-rows", _SMI_REMAP, True))
+        with_pci = health and self._pci
+        if with_pci:
+            queries.append(("--query-gpu", _SMI_PCI, True))
         answers = self._concurrently(queries)
+        pci_rows = answers[-1] if with_pci else None
+        if with_pci and pci_rows is None:
+            self._pci = False
         gpu_rows, app_rows = answers[0], answers[1]
         if gpu_rows is None:  # this nvidia-smi refuses a health field: read without them from now on
             self._health = False
@@ -331,6 +401,19 @@ class SmiBackend(object):
                     health = by_uuid[row["gpu_uuid"]]["health"]
                     health["remapped_rows_pending"] = _flag(row["remapped_rows.pending"])
                     health["remapped_rows_failure"] = _flag(row["remapped_rows.failure"])
+        for row in pci_rows or []:
+            gpu = by_uuid.get(row.get("uuid"))
+            if gpu is None or len(row) != len(_SMI_PCI):
+                continue
+            gpu["pci_bus_id"] = None if _na(row["pci.bus_id"]) else row["pci.bus_id"]
+            gpu["pcie"] = {"gen_current": _int(row["pcie.link.gen.current"]), "gen_max": _int(row["pcie.link.gen.max"]),
+                           "width_current": _int(row["pcie.link.width.current"]), "width_max": _int(row["pcie.link.width.max"])}
+        if health and self._nvlink and by_uuid:
+            rc, out, _err = self.run([self.binary, "nvlink", "-e"])
+            counts = parse_nvlink_errors(out) if rc == 0 else {}
+            self._nvlink = rc == 0
+            for uuid, gpu in by_uuid.items():
+                gpu["nvlink"] = counts.get(uuid)
         for row in app_rows:
             if len(row) < len(_SMI_APPS):
                 continue

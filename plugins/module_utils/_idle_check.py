@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.inferops.serving.plugins.module_utils import _gpu, _instances, _procs
+from ansible_collections.inferops.serving.plugins.module_utils import _gpu, _health, _instances, _procs
 
 
 class CheckFailed(Exception):
@@ -45,8 +45,13 @@ class IdleCheck(object):
 
     def __init__(self, backend, indices, max_used_mib=0, timeout=60.0, poll_interval=0.1,
                  reclaim=False, kill_grace=10.0, scope=None, check_mode=False,
-                 clock=time.monotonic, sleep=time.sleep, proc_root=_procs.PROC_ROOT):
+                 clock=time.monotonic, sleep=time.sleep, proc_root=_procs.PROC_ROOT,
+                 health=None, run=None, phase="after"):
         self.backend = backend
+        self.health = health  # the health settings (_health.settings), None: the driver's counters only
+        self.run_cmd = run
+        self.phase = phase
+        self.health_report = None
         self.indices = list(indices)
         self.max_used_mib = max_used_mib
         self.timeout = timeout
@@ -94,6 +99,8 @@ class IdleCheck(object):
         return verdicts
 
     def _result(self, gpus, start, backend_name, **extra):
+        if extra.get("health") is None:
+            extra.pop("health", None)
         result = {
             "clean": bool(gpus is not None and all(g["clean"] for g in gpus)),
             "gpus": gpus or [],
@@ -151,6 +158,12 @@ class IdleCheck(object):
             gpus = self.backend.snapshot(self.indices, health=health is None)
             if health is None:
                 # health (ECC, remapping, MIG mode) is read once; polling reads memory and holders only
+                if self.health is not None and self.run_cmd is not None:
+                    self.health_report = _health.assess(gpus, self.health, self.run_cmd, phase=self.phase,
+                                                        write=not self.check_mode)
+                    if self.health_report["errors"]:
+                        raise CheckFailed("; ".join(self.health_report["errors"]),
+                                          self._result(gpus, start, name, health=self.health_report))
                 health = dict((g["index"], (g["health"], g["mig_mode"])) for g in gpus)
             else:
                 for gpu in gpus:
@@ -161,9 +174,8 @@ class IdleCheck(object):
                                           for g in gpus)
             unhealthy = [g for g in gpus if not g["health"]["ok"]]
             if unhealthy:
-                msg = "; ".join("GPU %d (%s) is unhealthy: %s" % (g["index"], g["uuid"], ", ".join(g["health"]["problems"]))
-                                for g in unhealthy)
-                raise CheckFailed(msg, self._result(gpus, start, name))
+                msg = "; ".join(unhealthy_line(g) for g in unhealthy)
+                raise CheckFailed(msg, self._result(gpus, start, name, health=self.health_report))
             kept = never_signalled(gpus, self.scope, "; it is never signalled")
             holders = self._reclaimable(verdicts) if self.reclaim else []
             if kept and (self.check_mode or not holders):
@@ -171,7 +183,9 @@ class IdleCheck(object):
                 # live instance's engine, which no wait frees: fail, naming it
                 raise CheckFailed("; ".join(kept), self._result(gpus, start, name, changed=bool(self.killed)))
             if all(g["clean"] for g in gpus):
-                return self._result(gpus, start, name, changed=bool(self.killed))
+                if self.health is not None and not self.check_mode:
+                    _health.Record(self.health.get("state_dir")).mark_clean(gpus)
+                return self._result(gpus, start, name, changed=bool(self.killed), health=self.health_report)
             if self.check_mode and holders:
                 would = sorted(set(p for t in self.scope.targets(holders) for p in t.pids))
                 return self._result(gpus, start, name, changed=True, would_kill=would)
@@ -184,6 +198,12 @@ class IdleCheck(object):
                 raise CheckFailed(msg, self._result(gpus, start, name, changed=bool(self.killed)))
             # a fixed cadence: the time the read took counts against the interval
             self.sleep(max(0.0, min(self.poll_interval - (now - began), deadline - now)))
+
+
+def unhealthy_line(gpu):
+    """'GPU 3 (GPU-..., PCI 00000000:3B:00.0) is unhealthy: xid: Xid 79 ...': the index, the bus id and each signal."""
+    return "GPU %d (%s, PCI %s) is unhealthy: %s" % (
+        gpu["index"], gpu["uuid"], gpu.get("pci_bus_id") or "unknown", ", ".join(gpu["health"]["problems"]))
 
 
 # The parameters of a check, as gpu_idle_check takes them and as inference_server's gpu_check takes them.
@@ -199,6 +219,7 @@ ARGUMENT_SPEC = dict(
     reclaim_all=dict(type="bool", default=False),
     protected=dict(type="list", elements="str"),  # unset: _procs.DEFAULT_PROTECTED, the one list of them
     require_gpus=dict(type="bool", default=True),
+    health=dict(type="dict", options=_health.ARGUMENT_SPEC),
 )
 
 
@@ -215,6 +236,7 @@ def validate(p):
                       "SIGTERM is never killed" % (p["kill_grace"], p["timeout"]))
     if p["gpus"] is not None and any(i < 0 for i in p["gpus"]):
         errors.append("gpus: indices are 0 or more, got %s" % p["gpus"])
+    errors.extend(_health.validate(p.get("health")))
     if not errors:
         try:
             scope(p)
@@ -301,7 +323,7 @@ class _Backend(object):
             self.backend = None
 
 
-def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False, owner=None):
+def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False, owner=None, phase="after"):
     """One whole check with validated parameters p: open the backend, choose the GPUs, poll and
     reclaim. Returns the result (with changed, msg and diff); raises CheckFailed when not clean.
     run(argv) -> (rc, out, err) and find_smi() -> path are the module's; owner: the instance the check
@@ -312,7 +334,8 @@ def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False, owne
     try:
         check = IdleCheck(opened.backend, opened.indices, max_used_mib=p["max_used_mib"], timeout=p["timeout"],
                           poll_interval=p["poll_interval"], reclaim=p["reclaim"], kill_grace=p["kill_grace"],
-                          scope=scope(p, owner), check_mode=check_mode)
+                          scope=scope(p, owner), check_mode=check_mode, health=_health.settings(p.get("health")),
+                          run=run, phase=phase)
         try:
             result = check.run()
         except _gpu.GpuError as exc:
@@ -329,12 +352,13 @@ def verify(p, run, find_smi, import_pynvml=import_pynvml, check_mode=False, owne
     return result
 
 
-def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml, owner=None):
+def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml, owner=None, write=True):
     """Before a stop: what would keep the GPUs from being clean once the processes in spared (the old
     server's) are gone. One read, signals nothing. Returns (blockers, survey): blockers are messages
     (an unhealthy GPU, a protected holder, another live instance's engine, a holder outside the reclaim
     scope, no GPU at all, an unknown index); survey has the shape of a check's result plus would_kill
-    (what the check would reclaim) and unknown_holders (holders this PID namespace cannot see: maybe ours, from outside a container)."""
+    (what the check would reclaim), unknown_holders (holders this PID namespace cannot see: maybe ours, from outside a
+    container) and health (_health.assess: warnings, notes, the DCGM level 1 run). write=False records no ack."""
     try:
         opened = _Backend(p, run, find_smi, import_pynvml)
     except CheckFailed as exc:
@@ -348,13 +372,14 @@ def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml, owner=Non
             gpus = opened.backend.snapshot(opened.indices, health=True)
         except _gpu.GpuError as exc:
             return [str(exc)], {"gpus": [], "clean": False, "backend": opened.backend.name}
+        report = _health.assess(gpus, _health.settings(p.get("health")), run, phase="before", write=write)
         check._classify(gpus)
     finally:
         opened.close()
-    found, would_kill, unknown = [], set(), set()
+    found, would_kill, unknown = list(report["errors"]), set(), set()
     for gpu in gpus:
         if gpu["health"]["problems"]:
-            found.append("GPU %d (%s) is unhealthy: %s" % (gpu["index"], gpu["uuid"], ", ".join(gpu["health"]["problems"])))
+            found.append(unhealthy_line(gpu))
         for proc in gpu["processes"]:
             if proc["pid"] in spared or proc["verdict"] == "self":
                 continue
@@ -372,5 +397,5 @@ def blockers(p, run, find_smi, spared=(), import_pynvml=import_pynvml, owner=Non
     left = [dict(gpu, processes=[proc for proc in gpu["processes"] if proc["pid"] not in spared]) for gpu in gpus]
     found.extend(never_signalled(left, check.scope))
     survey = {"gpus": gpus, "clean": not found and all(g["clean"] for g in gpus), "backend": check.backend.name,
-              "would_kill": sorted(would_kill), "unknown_holders": sorted(unknown), "killed": []}
+              "would_kill": sorted(would_kill), "unknown_holders": sorted(unknown), "killed": [], "health": report}
     return found, survey

@@ -399,12 +399,12 @@ def flag_problems(adapter, params, launch, version, run, create=True):
     return problems, {"checked": True, "argv": help_argv, "flags": len(accepted), "values": len(specs)}
 
 
-def gpu_problems(params, spared, run, find_smi, owner=None):
-    """(blockers, survey) of params["gpu_check"] once spared are gone, as instance owner sees the GPUs;
-    ([], None) without a gpu_check."""
+def gpu_problems(params, spared, run, find_smi, owner=None, write=True):
+    """(blockers, survey) of params["gpu_check"] once spared are gone, as instance owner sees the GPUs, with its
+    health signals (_health: Xid, NVLink, PCIe, DCGM level 1); ([], None) without a gpu_check."""
     if not params.get("gpu_check") or run is None:
         return [], None
-    return _idle_check.blockers(params["gpu_check"], run, find_smi, spared=spared, owner=owner)
+    return _idle_check.blockers(params["gpu_check"], run, find_smi, spared=spared, owner=owner, write=write)
 
 
 def check(params, adapter, launch, version, record, running, spared, run=None, find_smi=None, create=True,
@@ -419,5 +419,5 @@ def check(params, adapter, launch, version, record, running, spared, run=None, f
         port_problem(params, record, running, spared, owner),
     ) if problem]
     flags, flag_check = ([], None) if launcher else flag_problems(adapter, params, launch, version, run, create)
-    gpus, survey = gpu_problems(params, spared, run, find_smi, owner)
+    gpus, survey = gpu_problems(params, spared, run, find_smi, owner, write=create)
     return blockers + flags + gpus, survey, flag_check

@@ -12,8 +12,11 @@ by itself (_switch); this module waits for it (ready_wait) and reports its outco
 
 from __future__ import annotations
 
+import os
+import socket
+
 from ansible_collections.inferops.serving.plugins.module_utils import (
-    _engines, _fingerprint, _idle_check, _lock, _preflight, _recover, _supervisor, _switch)
+    _engines, _fingerprint, _idle_check, _lock, _preflight, _procs, _prom, _recover, _supervisor, _switch)
 
 ServerError = _switch.ServerError
 probe_host = _switch.probe_host
@@ -99,6 +102,8 @@ class Context(object):
         self.kind = _supervisor.choose(params["supervisor"])
         self.sup = _supervisor.make(self.kind, params["name"], params["state_dir"], params["log_dir"],
                                     params["stop_timeout"], host.run, params["log_keep"])
+        if params.get("metrics_dir"):  # the engine's watchdog writes inferops_serving_up 0 there when it ends
+            self.sup.metrics_path = os.path.join(params["metrics_dir"], _prom.file_name(params["name"]))
         self.launches = _switch.launches(params["state_dir"], params["name"])
         self.journal = _switch.journal(params["state_dir"], params["name"])
         self.lock = None
@@ -274,7 +279,7 @@ def _stop(ctx):
         # what the check after the stop would find, once this instance's processes are gone: a blocker
         # (another instance's engine, a protected daemon) fails the plan as it would fail the run
         found, result["gpu_check"] = _preflight.gpu_problems(params, sup.processes(record), ctx.host.run,
-                                                             ctx.host.find_smi, owner=sup.marker)
+                                                             ctx.host.find_smi, owner=sup.marker, write=False)
         if found:
             raise ServerError("GPUs would not be clean after stopping %s: %s" % (params["name"], "; ".join(found)),
                               **result)
@@ -439,3 +444,22 @@ def _run(ctx, switch, starter, diff):
                                 limit=params.get("ready_wait") if params["wait"] else None,
                                 started_limit=None if params["wait"] else 0.5)
     return _outcome(ctx, data, starter, diff)
+
+
+def export_metrics(params, result):
+    """After a call (not in check mode): write the instance's series to params["metrics_dir"] (_prom), from the
+    state file (what serves, and whether its engine lives), the switch journal (outcome, when, how long) and the
+    GPU check of result. Returns the file's path, or None without metrics_dir."""
+    if not params.get("metrics_dir"):
+        return None
+    store = _supervisor.StateStore(params["name"], params["state_dir"], "%s.json" % params["name"])
+    record = store.load() or {}
+    if record.get("corrupt"):
+        record = {}
+    up = bool(record.get("pid")) and not record.get("loading") and _procs.alive(record["pid"])
+    switch_id = (result.get("switch") or {}).get("id")
+    journal = _switch.loaded(_switch.journal(params["state_dir"], params["name"], switch_id)) if switch_id else None
+    gpus = (result.get("gpu_check") or {}).get("gpus")
+    host = params.get("metrics_host") or socket.gethostname()
+    return _prom.export_instance(params["metrics_dir"], params["state_dir"], params["name"], host, result.get("outcome"),
+                                 record, up, journal=journal, gpus=gpus)

@@ -325,6 +325,8 @@ class ProcessSupervisor(Base):
         os.makedirs(self.state_dir, exist_ok=True)
         spec = {"argv": list(argv), "env": full_env, "cwd": self.state_dir, "log": self.log_path,
                 "exit_path": self.exits.path}
+        if getattr(self, "metrics_path", None):
+            spec["metrics_path"] = self.metrics_path
         # the launch (secrets in env included) travels on the watchdog's stdin, never on a command line
         rc, out, err = self.run([sys.executable, "-c", self.watchdog], data=json.dumps(spec),
                                 expand_user_and_vars=False)

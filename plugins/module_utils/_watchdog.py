@@ -5,7 +5,7 @@
 the collection: this file is also the watchdog's whole program.
 
 The supervisor runs `python -c <this source>` through AnsibleModule.run_command, with the launch as JSON
-on standard input ({"argv", "env", "cwd", "log", "exit_path"}). Then:
+on standard input ({"argv", "env", "cwd", "log", "exit_path", and "metrics_path" with a metrics_dir}). Then:
 
 - the first process forks the watchdog and waits only for its report, prints it (one JSON line: the
   engine's pid, process group and start time, and the watchdog's; or {"error": ...}) and exits, so
@@ -127,6 +127,42 @@ def watch(spec, report_w):
         _write_atomic(spec["exit_path"], record)
     except OSError:
         pass  # a full or read-only disk: the exit is lost, the engine is reaped all the same
+    if spec.get("metrics_path"):
+        mark_down(spec["metrics_path"], pid)
+
+
+# as _prom writes them: the comment naming the engine the file describes, and the series of its liveness
+PID_COMMENT = "# inferops engine pid "
+UP = "inferops_serving_up"
+
+
+def mark_down(path, pid):
+    """The engine pid ended: its instance's metrics file (_prom) says inferops_serving_up 0, written atomically
+    (0644), when the file still describes that engine. A stale file must not say a dead server is up."""
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except (IOError, OSError):
+        return False
+    if PID_COMMENT + str(pid) not in lines:
+        return False  # a later engine's file, or none
+    out = []
+    for line in lines:
+        if line.startswith(UP + "{") or line.startswith(UP + " "):
+            line = line.rsplit(" ", 1)[0] + " 0"
+        elif line.startswith(PID_COMMENT):
+            continue
+        out.append(line)
+    tmp = "%s.%d.tmp" % (os.path.join(os.path.dirname(path), "." + os.path.basename(path)), os.getpid())
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w") as handle:
+            handle.write("\n".join(out) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return True
 
 
 def main():

@@ -133,9 +133,24 @@ gpus:
       type: bool
       sample: true
     health:
-      description: ECC, row remapping, page retirement and MIG figures, with C(ok) and C(problems).
+      description:
+        - ECC, row remapping, page retirement and MIG figures, with C(ok) and C(problems).
+        - C(signals), each C({signal, level, msg}) with C(signal) one of C(xid), C(nvlink), C(pcie_width), C(pcie_gen),
+          C(dcgm) and C(level) C(block) (a problem), C(warn) or C(note); C(xid) lists the Xid events in the window.
       type: dict
-      sample: {ok: true, problems: [], ecc_uncorrected_volatile: 0, remapped_rows_pending: false}
+      sample: {ok: true, problems: [], ecc_uncorrected_volatile: 0, remapped_rows_pending: false, signals: []}
+    pci_bus_id:
+      description: The PCI bus id as NVML writes it.
+      type: str
+      sample: "00000000:3B:00.0"
+    pcie:
+      description: The PCIe link, C(gen_current), C(gen_max), C(width_current), C(width_max) (null where unknown).
+      type: dict
+      sample: {gen_current: 5, gen_max: 5, width_current: 16, width_max: 16}
+    nvlink:
+      description: NVLink error counters summed over the links (C(replay), C(recovery), C(crc)); null without NVLink.
+      type: dict
+      sample: null
     mig_mode:
       description: C(enabled), C(disabled) or null where unsupported.
       type: str
@@ -167,6 +182,15 @@ backend:
   returned: always
   type: str
   sample: nvml
+health:
+  description:
+    - What the health signals of O(health) found for the whole check (each GPU's own are in its C(health.signals)).
+    - C(warnings) (also given as warnings), C(notes), C(errors), C(acked) (the GPUs O(health.ack) moved, with the
+      time), C(xid_source) (C(journalctl -k) or C(dmesg)) and C(dcgm) (level, seconds, phase) when DCGM ran.
+  returned: when GPUs were read
+  type: dict
+  sample: {warnings: [], notes: ["dcgmi is not on PATH (DCGM not installed): the level 1 diagnostic was not run"],
+           errors: [], acked: [], xid_source: journalctl -k, dcgm: null}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -183,9 +207,11 @@ def main():
         module.fail_json(msg="; ".join(errors))
     try:
         result = _idle_check.verify(p, module.run_command, lambda: module.get_bin_path("nvidia-smi"),
-                                    check_mode=module.check_mode)
+                                    check_mode=module.check_mode, phase="standalone")
     except _idle_check.CheckFailed as exc:
         module.fail_json(msg=exc.msg, **exc.result)
+    for warning in (result.get("health") or {}).get("warnings", []):
+        module.warn(warning)
     diff = result.pop("diff", None)
     if diff and module._diff:
         result["diff"] = diff

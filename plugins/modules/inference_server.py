@@ -230,6 +230,70 @@ options:
         description: Fail when no NVIDIA GPU can be seen (V(false) passes on hosts without GPUs).
         type: bool
         default: true
+      health:
+        description:
+          - The health signals read for each GPU of the check, besides the driver's counters (ECC, retired pages, row
+            remaps, MIG mode), which are always read. Unset, each signal is read with its default below.
+          - A problem found before a stop (this O(gpu_check)) fails the switch with
+            C(nothing was stopped), naming the GPU index, its PCI bus id and the signal; one found after the stop starts
+            nothing and ends C(restore_failed).
+          - See docs/gpu-health.md for the privileges each read needs.
+        type: dict
+        suboptions:
+          xid:
+            description:
+              - Xid events of this boot in the kernel log (C(journalctl -k), else C(dmesg)), matched to each GPU by PCI
+                bus id, since the GPU's last clean check (recorded in O(gpu_check.health.state_dir)) or its last O(gpu_check.health.ack),
+                else since boot.
+              - V(check) warns when the log cannot be read, naming why; V(require) makes that an error; V(skip) reads no log.
+            type: str
+            choices: [check, require, skip]
+            default: check
+          xid_fatal:
+            description:
+              - The Xid codes that make a GPU unhealthy; any other code in the window warns.
+              - Unset, the codes whose immediate action in NVIDIA's Xid catalog is a GPU reset or a reboot (48, 61, 62,
+                63, 64, 74, 79, 92, 95, 119, 120, 136, 140, 143, 154). 94 (contained ECC, restart the application) warns.
+            type: list
+            elements: int
+          nvlink_errors_max:
+            description: The NVLink CRC, replay and recovery errors a GPU may gain since its last clean check.
+            type: int
+            default: 0
+          pcie_downgrade:
+            description:
+              - A PCIe link trained narrower than its maximum width (x8 of x16) V(warn)s, V(fail)s the GPU, or is V(ignore)d.
+              - A lower link generation alone is a note, never a problem; an idle GPU trains it down to save power.
+            type: str
+            choices: [warn, fail, ignore]
+            default: warn
+          dcgm_diag:
+            description:
+              - Run C(dcgmi diag -r LEVEL) on the GPUs of the check; V(0) runs none.
+              - Level V(1) (seconds) runs before the stop; level V(2) (about 2 minutes, wants idle GPUs) runs after the
+                stop, which the run reports as downtime (C(health.dcgm) in the result of the check). M(inferops.serving.gpu_idle_check)
+                runs either level.
+            type: int
+            choices: [0, 1, 2]
+            default: 0
+          dcgm:
+            description: With V(check) a missing C(dcgmi) is a note; with V(require) it is an error.
+            type: str
+            choices: [check, require]
+            default: check
+          ack:
+            description:
+              - GPUs (index, PCI bus id or UUID) an operator has reset or repaired. Their Xid window and NVLink
+                baseline move to now, recorded with the time in O(gpu_check.health.state_dir).
+              - The roles pass C(-e gpu_health_ack=...).
+            type: list
+            elements: str
+          state_dir:
+            description:
+              - Where C(gpu-health.json) keeps each GPU's last clean check and acknowledgement.
+              - M(inferops.serving.inference_server) uses its O(inferops.serving.inference_server#module:state_dir) when
+                unset; M(inferops.serving.gpu_idle_check) then records nothing and its window starts at boot.
+            type: path
   flag_check:
     description:
       - Before anything is stopped, run the engine's own help (C(python -m sglang.launch_server --help),
@@ -249,6 +313,23 @@ options:
       - Set V(false) for an engine build whose help is incomplete. O(engine=command) is never checked.
     type: bool
     default: true
+  metrics_dir:
+    description:
+      - A directory of node_exporter's textfile collector (such as C(/var/lib/node_exporter/textfile_collector)).
+        After each call but in check mode, the instance's series are written to C(inferops_NAME.prom) there (a
+        replica's C(sv.a) gives C(inferops_sv_a.prom)), atomically (a temp file in the directory, then a
+        rename), mode 0644, with no secret; the directory is created 0755 when missing.
+      - "The series (docs/metrics.md): C(inferops_serving_info), C(inferops_serving_up), C(inferops_switch_last_timestamp_seconds),
+        C(inferops_switch_duration_seconds), C(inferops_switch_total{outcome}) (counted once per switch, kept in
+        C(STATE_DIR/NAME.metrics.json) across runs) and the GPUs' health (C(inferops_gpu_healthy{gpu}) and one
+        series per signal). M(inferops.serving.throughput_bench) adds the benchmark's to the same file."
+      - With the C(process) supervisor, the engine's watchdog rewrites C(inferops_serving_up) to 0 when the engine
+        ends between runs.
+      - Unset, nothing is written.
+    type: path
+  metrics_host:
+    description: The C(host) label of the series (the roles pass C(inventory_hostname)); unset, the host name.
+    type: str
   resolved_from:
     description:
       - How RV(resolved), the settings the engine really resolved, is read once the server is ready.
@@ -550,6 +631,11 @@ recovered:
   returned: when the state file was rebuilt
   type: str
   sample: 'state file was corrupt: rebuilt from pid 4242 (variant fast)'
+metrics_file:
+  description: The metrics file this call wrote (O(metrics_dir)).
+  returned: when O(metrics_dir) is set, but not in check mode
+  type: str
+  sample: /var/lib/node_exporter/textfile_collector/inferops_sv.prom
 gpu_check:
   description: The result of O(gpu_check) (the return values of M(inferops.serving.gpu_idle_check)).
   returned: when O(gpu_check) ran
@@ -661,6 +747,16 @@ def validate(p):
     return errors
 
 
+def _export(module, p, result, into):
+    """The instance's metrics file (metrics_dir), never in check mode; a failure to write it warns."""
+    if module.check_mode or not p["metrics_dir"]:
+        return
+    try:
+        into["metrics_file"] = _server.export_metrics(p, result)
+    except (IOError, OSError) as exc:
+        module.warn("metrics_dir %s: the metrics file was not written: %s" % (p["metrics_dir"], exc))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -681,6 +777,8 @@ def main():
             flag_check=dict(type="bool", default=True),
             switch_id=dict(type="str"),
             resolved_from=dict(type="str", default="auto", choices=["auto", "sglang", "vllm", "transformers", "none"]),
+            metrics_dir=dict(type="path"),
+            metrics_host=dict(type="str"),
             **_instance_args.INSTANCE_SPEC
         ),
         required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],
@@ -695,13 +793,22 @@ def main():
     module.no_log_values.update(_fingerprint.secret_values(p))  # secret env values too, as api_key (no_log)
     p["state_dir"] = os.path.normpath(p["state_dir"])
     p["log_dir"] = os.path.normpath(p["log_dir"])
+    if p["gpu_check"]:  # each GPU's last clean check and acknowledgement live beside the instance's state
+        health = dict(p["gpu_check"].get("health") or {})
+        health["state_dir"] = health.get("state_dir") or p["state_dir"]
+        p["gpu_check"] = dict(p["gpu_check"], health=health)
     module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
     host = _server.Host(module.run_command, lambda: module.get_bin_path("nvidia-smi"))
     try:
         changed, result, diff = _server.reconcile(p, host, check_mode=module.check_mode)
     except _server.ServerError as exc:  # reconcile() turns EngineError and SupervisorError into it
-        module.fail_json(msg=str(exc), **exc.extra)
+        extra = dict(exc.extra)
+        _export(module, p, dict(extra, outcome=extra.get("outcome") or "nothing_stopped"), extra)
+        module.fail_json(msg=str(exc), **extra)
+    _export(module, p, result, result)
+    for warning in ((result.get("gpu_check") or {}).get("health") or {}).get("warnings", []):
+        module.warn(warning)
     if module._diff:
         result["diff"] = diff
     module.exit_json(changed=changed, **result)

@@ -168,6 +168,24 @@ options:
     type: int
     default: 1
     version_added: 0.3.0
+  metrics:
+    description:
+      - Write the benchmark's figures to an instance's metrics file for node_exporter's textfile collector
+        (the file M(inferops.serving.inference_server) writes with its O(inferops.serving.inference_server#module:metrics_dir)),
+        per concurrency C(inferops_bench_output_throughput_tokens_per_second), C(inferops_bench_ttft_p50_seconds),
+        C(inferops_bench_tpot_p50_seconds), and C(inferops_bench_last_timestamp_seconds) (docs/metrics.md).
+      - The file's other series are kept; it is replaced atomically, mode 0644, with no secret. With O(repeats),
+        the last repeat of each level is written. Not in check mode.
+    type: dict
+    suboptions:
+      file:
+        description: The metrics file (C(METRICS_DIR/inferops_NAME.prom)).
+        type: path
+        required: true
+      instance:
+        description: The C(instance) label (the server's name); O(labels) give C(host), C(variant), C(engine), C(fingerprint).
+        type: str
+    version_added: 0.4.0
 notes:
   - Run the benchmark client on a host with spare CPU. RV(client.loop_lag_ms) shows how late its own
     event loop ran (it includes up to 1 ms of timer granularity); RV(client.saturated) is true when the
@@ -211,6 +229,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+metrics_file:
+  description: The metrics file the figures were written to (O(metrics)).
+  returned: when O(metrics) is set, but not in check mode
+  type: str
+  sample: /var/lib/node_exporter/textfile_collector/inferops_sv.prom
 engine:
   description: The engine the benchmark took the server for (O(engine), or what V(auto) identified).
   returned: always
@@ -435,7 +458,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.serving.plugins.module_utils import _bench, _metrics, _openai_stream as _stream
+from ansible_collections.inferops.serving.plugins.module_utils import _bench, _metrics, _openai_stream as _stream, _prom
 
 MODELS_TIMEOUT = 30.0    # seconds the /v1/models lookup may take in all (at most timeout)
 IDENTIFY_TIMEOUT = 5.0   # seconds the engine identification may take in all, both its requests (at most timeout)
@@ -448,6 +471,10 @@ def _summary(result):
     if result.get("steady") is False:
         text += ", NOT steady after %s s of warm-up" % result.get("warmup_s")
     return text
+
+
+def _seconds(ms):
+    return None if ms is None else ms / 1000.0
 
 
 def main():
@@ -471,6 +498,7 @@ def main():
             labels=dict(type="dict", default={}),
             engine=dict(type="str", default="auto", choices=list(_bench.ENGINES)),
             repeats=dict(type="int", default=1),
+            metrics=dict(type="dict", options=dict(file=dict(type="path", required=True), instance=dict(type="str"))),
         ),
         supports_check_mode=True,
     )
@@ -543,6 +571,16 @@ def main():
         if p["ignore_eos"] and any("ignore_eos" in str(v) or "min_tokens" in str(v) for v in r["error_samples"].values()):
             msg += " (this server rejects ignore_eos/min_tokens: set ignore_eos to false)"
         module.fail_json(msg=msg, **out)
+    if p["metrics"] and not module.check_mode:
+        last = dict((r["concurrency"], r) for r in results)  # the last repeat of each level
+        labels = dict(p["labels"], engine=engine, instance=p["metrics"]["instance"] or p["labels"].get("instance"))
+        levels = [{"concurrency": c, "output_throughput": r["output_throughput"],
+                   "ttft_p50_s": _seconds(r["ttft_ms"]["p50"]), "tpot_p50_s": _seconds(r["tpot_ms"]["p50"])}
+                  for c, r in sorted(last.items())]
+        try:
+            out["metrics_file"] = _prom.export_bench(p["metrics"]["file"], labels, levels)
+        except (IOError, OSError) as exc:
+            module.warn("metrics.file %s was not written: %s" % (p["metrics"]["file"], exc))
     out["msg"] = "; ".join(_summary(r) for r in results)
     if p["repeats"] > 1:
         each = ["repeat %d %s" % (r["labels"]["repeat"] + 1, _summary(r)) for r in results]

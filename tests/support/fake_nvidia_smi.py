@@ -24,6 +24,13 @@ State file:
              "remapped_rows_pending": 0, "remapped_rows_failure": 0}],
    "holders": [{"pid": 1234, "gpu": 7, "used_mib": 8192}],
    "invalid_fields": ["remapped_rows.pending"]}
+A GPU may also carry "pci_bus_id" (default: an HGX board's, BUS_IDS), "pcie": [gen_cur, gen_max, width_cur,
+width_max] (default [5, 5, 16, 16]) and "nvlink": {"replay": n, "recovery": n, "crc": n} (default: no NVLink).
+
+The shapes are nvidia-smi's own: the --query-gpu field names of `nvidia-smi --help-query-gpu` ("pci.bus_id" is
+"00000000:3B:00.0", "pcie.link.gen.current" / ".max", "pcie.link.width.current" / ".max" plain integers in
+csv,nounits), and `nvidia-smi nvlink -e` (nvidia-smi(1), "nvlink -e, --errorcounters"): per GPU a line
+"GPU 0: NVIDIA H200 (UUID: GPU-...)" followed by "\t Link N: Replay Errors: n", "Recovery Errors", "CRC Errors".
 """
 
 import json
@@ -32,6 +39,15 @@ import sys
 
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
              "Make sure that the latest NVIDIA driver is installed and running.")
+
+
+# the bus ids of the eight GPUs of an HGX H100/H200 board (lspci on a DGX H100)
+BUS_IDS = ["00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
+           "00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0"]
+
+
+def bus_id(gpu):
+    return gpu.get("pci_bus_id") or (BUS_IDS[gpu["index"]] if gpu["index"] < len(BUS_IDS) else "00000000:%02X:00.0" % (0xe0 + gpu["index"]))
 
 
 def alive(pid):
@@ -134,6 +150,14 @@ def main(argv):
     if not gpus:
         print("No devices were found")
         return 6
+    if argv[:2] == ["nvlink", "-e"]:
+        for gpu in gpus:
+            print("GPU %d: %s (UUID: %s)" % (gpu["index"], gpu.get("name", "NVIDIA H200"), gpu["uuid"]))
+            counts = gpu.get("nvlink")
+            for link in range(18 if counts else 0):  # an H100/H200 SXM has 18 links; the counts sit on link 0
+                for label, key in (("Replay", "replay"), ("Recovery", "recovery"), ("CRC", "crc")):
+                    print("\t Link %d: %s Errors: %d" % (link, label, counts.get(key, 0) if link == 0 else 0))
+        return 0
     query = fmt = None
     for arg in argv:
         if arg.startswith("--query-"):
@@ -164,7 +188,12 @@ def main(argv):
                 "retired_pages.pending": gpu.get("retired_pages_pending", "No"),
                 "mig.mode.current": gpu.get("mig_mode", "[N/A]"),
                 "mig.mode.pending": gpu.get("mig_mode_pending", "[N/A]"),
+                "pci.bus_id": bus_id(gpu),
             }
+            pcie = gpu.get("pcie") or [5, 5, 16, 16]
+            for key, value in zip(("pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current",
+                                   "pcie.link.width.max"), pcie):
+                values[key] = value
             if units:
                 for key in ("memory.used", "memory.total"):
                     values[key] = "%d MiB" % values[key]

@@ -6,7 +6,15 @@
 FakeNvml(gpus) behaves like the imported module. Each GPU is a dict:
   {"uuid", "name", "used", "total", "reserved" (bytes), "procs": [(pid, used_bytes or None)],
    "graphics": [...], "ecc": int or None (None = NotSupported), "remap": (c, u, pending, failure) or None,
-   "pages_pending": bool or None, "mig": (current, pending) or None, "mig_devices": [gpu-like dicts]}
+   "pages_pending": bool or None, "mig": (current, pending) or None, "mig_devices": [gpu-like dicts],
+   "bus_id": "00000000:3B:00.0", "pcie": (gen_current, gen_max, width_current, width_max) or None,
+   "nvlink": {link: (replay, recovery, crc_flit, crc_data)} or None}
+
+The PCI and NVLink calls follow the NVML API reference ("Device Queries", nvml.h of the driver): nvmlDeviceGetPciInfo
+returns nvmlPciInfo_t whose busId is "domain:bus:device.function" with an 8-digit domain ("00000000:3B:00.0");
+nvmlDeviceGetCurrPcieLinkGeneration / MaxPcieLinkGeneration / CurrPcieLinkWidth / MaxPcieLinkWidth return ints;
+nvmlDeviceGetNvLinkErrorCounter(device, link, counter) returns one counter (NVML_NVLINK_ERROR_DL_REPLAY 0,
+_DL_RECOVERY 1, _DL_CRC_FLIT 2, _DL_CRC_DATA 3) and NVML_ERROR_NOT_SUPPORTED for a link that does not exist.
 """
 
 from __future__ import annotations
@@ -113,6 +121,32 @@ class FakeNvml(object):
 
     def nvmlDeviceGetMigMode(self, h):
         return self._opt(h, "mig")
+
+    NVML_NVLINK_MAX_LINKS = 18
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return types.SimpleNamespace(busId=h.get("bus_id", "00000000:%02X:00.0" % (0x18 + self.gpus.index(h))).encode())
+
+    def _pcie(self, h, slot):
+        return self._opt(h, "pcie")[slot]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return self._pcie(h, 0)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self._pcie(h, 1)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._pcie(h, 2)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self._pcie(h, 3)
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        links = h.get("nvlink") or {}
+        if link not in links:
+            raise NVMLError_NotSupported(3)
+        return links[link][counter]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h):
         return len(h.get("mig_devices", []))

@@ -15,13 +15,16 @@ import fake_pynvml
 class FakeSmi(object):
     """Answers nvidia-smi argv with canned CSV, recording every call."""
 
-    def __init__(self, gpu_rows, apps="", remap="", rc=0, invalid=(), fail_text=""):
+    def __init__(self, gpu_rows, apps="", remap="", rc=0, invalid=(), fail_text="", pci="", nvlink=""):
         self.gpu_rows, self.apps, self.remap = gpu_rows, apps, remap
+        self.pci, self.nvlink = pci, nvlink
         self.rc, self.invalid, self.fail_text = rc, invalid, fail_text
         self.calls = []
 
     def __call__(self, argv):
         self.calls.append(argv)
+        if argv[1:] == ["nvlink", "-e"]:
+            return 0, self.nvlink, ""
         assert argv[-1] == "--format=csv,noheader,nounits"
         if self.rc:
             return self.rc, self.fail_text, ""
@@ -29,6 +32,8 @@ class FakeSmi(object):
         for field in fields.split(","):
             if field in self.invalid:
                 return 2, 'Field "%s" is not a valid field to query.\n' % field, ""
+        if query == "--query-gpu" and fields.startswith("uuid,pci.bus_id"):
+            return 0, self.pci, ""
         if query == "--query-gpu":
             n = len(fields.split(","))
             return 0, "\n".join(", ".join(r.split(", ")[:n]) for r in self.gpu_rows) + "\n", ""
@@ -61,8 +66,8 @@ def test_smi_snapshot_parses_gpus_apps_and_health():
     assert gpus[1]["health"]["remapped_rows_pending"] is True
     assert _gpu.health_problems(gpus[1]) == ["row remapping pending (reset the GPU)"]
     assert _gpu.health_problems(gpus[0]) == []
-    # only the stable CSV interface is used
-    assert all(c[1].startswith("--query-") for c in smi.calls)
+    # the stable CSV interface, and `nvidia-smi nvlink -e` (NVLink counters have no query field)
+    assert all(c[1].startswith("--query-") or c[1:] == ["nvlink", "-e"] for c in smi.calls)
 
 
 def test_smi_snapshot_filters_indices_and_polling_skips_health():
@@ -82,7 +87,12 @@ def test_smi_falls_back_when_health_fields_are_not_valid_here():
     assert gpus[0]["health"]["remapped_rows_pending"] is None
     calls = len(smi.calls)
     backend.snapshot([0, 1])
-    assert len(smi.calls) - calls == 2  # the refused queries are not retried every poll
+    again = [c[1] for c in smi.calls[calls:]]
+    # the refused queries are not retried every poll: the base fields, the processes, and the PCI / NVLink
+    # reads (which this nvidia-smi answers)
+    assert sorted(again) == sorted(["--query-gpu=index,uuid,name,memory.used,memory.total",
+                                    "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+                                    "--query-gpu=" + ",".join(_gpu._SMI_PCI), "nvlink"])
 
 
 @pytest.mark.parametrize("text", [

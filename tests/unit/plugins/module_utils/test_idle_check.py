@@ -128,7 +128,7 @@ def test_unhealthy_gpu_fails_at_once():
     bad = gpu(2)
     bad["health"]["ecc_uncorrected_volatile"] = 5
     check = _idle_check.IdleCheck(ScriptedBackend([lambda n: [gpu(0), bad]]), [0, 2], clock=clock, sleep=clock.sleep)
-    with pytest.raises(_idle_check.CheckFailed, match=r"GPU 2 \(GPU-2\) is unhealthy: 5 uncorrected volatile ECC"):
+    with pytest.raises(_idle_check.CheckFailed, match=r"GPU 2 \(GPU-2, PCI unknown\) is unhealthy: 5 uncorrected volatile ECC"):
         check.run()
 
 

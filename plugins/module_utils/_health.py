@@ -1,0 +1,356 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU health beyond what the driver's counters say at one instant: Xid events in the kernel log, NVLink
+error counters against the last clean check, the PCIe link against its maximum, and DCGM's diagnostic.
+Standard library only; reads, and writes only its own record (<state_dir>/gpu-health.json).
+
+Each GPU read by _gpu carries pci_bus_id, pcie {gen_current, gen_max, width_current, width_max} and
+nvlink {replay, recovery, crc} (None where unknown). assess() adds to each GPU's health "signals": a list of
+{"signal", "level" (block | warn | note), "msg"}; a "block" signal is a problem _gpu.health_problems names.
+
+The Xid lines are the driver's (NVIDIA, "Xid Errors", docs.nvidia.com/deploy/xid-errors/index.html, "Viewing
+Xid Error Messages"):  NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+The kernel names the GPU by PCI domain:bus:device; NVML's pci.bus_id is 00000000:3B:00.0 (8-digit domain,
+upper case, function): both are reduced to 0000:3b:00.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+
+# The blocking Xids: NVIDIA's Xid catalog, https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html,
+# column "Resolution Bucket (Immediate Action)": the codes whose action is RESET_GPU, RESTART_VM or RESTART_BM
+# (a reset or a reboot: a new server on that GPU fails or computes wrong) and that apply to A100/H100/B100.
+# Codes whose action is RESTART_APP (8, 13, 31, 43, 94 contained ECC, ...) only end the application that
+# hit them: they warn and do not block. 48 double-bit ECC, 61/62 internal micro-controller halt, 63/64 row remap
+# pending/failed, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate, 95 uncontained ECC,
+# 119/120 GSP RPC timeout/error, 136/140 ECC unrecovered, 143 GPU initialisation failure, 154 GPU recovery
+# action changed (reset or reboot required).
+DEFAULT_XID_FATAL = [48, 61, 62, 63, 64, 74, 79, 92, 95, 119, 120, 136, 140, 143, 154]
+
+ARGUMENT_SPEC = dict(
+    xid=dict(type="str", default="check", choices=["check", "require", "skip"]),
+    xid_fatal=dict(type="list", elements="int"),
+    nvlink_errors_max=dict(type="int", default=0),
+    pcie_downgrade=dict(type="str", default="warn", choices=["warn", "fail", "ignore"]),
+    dcgm_diag=dict(type="int", default=0, choices=[0, 1, 2]),
+    dcgm=dict(type="str", default="check", choices=["check", "require"]),
+    ack=dict(type="list", elements="str"),
+    state_dir=dict(type="path"),
+)
+
+DEFAULTS = dict((key, spec.get("default")) for key, spec in ARGUMENT_SPEC.items())
+
+RECORD = "gpu-health.json"
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?\): (\d+)(?:, ?(.*))?")
+# journalctl -o short-unix: "1733430000.123456 host kernel: NVRM: Xid ..."; dmesg: "[  123.456789] NVRM: Xid ..."
+_UNIX = re.compile(r"^(\d+(?:\.\d+)?) ")
+_MONO = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
+# journalctl without the rights to the system journal says so on stderr and prints nothing (systemd 252,
+# src/journal/journalctl.c access_check / "Hint: You are currently not seeing messages from other users
+# and the system."); without journald it finds no file at all
+_JOURNAL_DENIED = ("insufficient permissions", "not seeing messages from other users", "no journal files were found",
+                   "permission denied")
+
+
+def settings(health):
+    """The health settings with their defaults (a gpu_check without health reads every signal)."""
+    out = dict(DEFAULTS)
+    out.update(dict((k, v) for k, v in (health or {}).items() if v is not None))
+    if out["xid_fatal"] is None:
+        out["xid_fatal"] = list(DEFAULT_XID_FATAL)
+    return out
+
+
+def validate(health):
+    errors = []
+    if health and health.get("nvlink_errors_max") is not None and health["nvlink_errors_max"] < 0:
+        errors.append("health.nvlink_errors_max must be 0 or more, got %d" % health["nvlink_errors_max"])
+    if health and health.get("state_dir") and not os.path.isabs(health["state_dir"]):
+        errors.append("health.state_dir must be an absolute path, got %r" % health["state_dir"])
+    return errors
+
+
+def bus_key(text):
+    """'0000:3b:00' from NVML's '00000000:3B:00.0' or the kernel's 'PCI:0000:3b:00'; None when not a bus id."""
+    if not text:
+        return None
+    found = re.match(r"^(?:PCI:)?([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?$", str(text).strip())
+    if not found:
+        return None
+    domain, bus, device = found.groups()
+    return "%04x:%s:%s" % (int(domain, 16) & 0xFFFF, bus.lower(), device.lower())
+
+
+def boot_time(proc_stat="/proc/stat"):
+    try:
+        with open(proc_stat) as handle:
+            for line in handle:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (IOError, OSError, ValueError):
+        pass
+    return 0.0
+
+
+def parse_xids(text, boot=0.0):
+    """[{"at": epoch seconds or None, "bus": '0000:3b:00', "code": 79, "line": text}] from journalctl -o short-unix
+    or dmesg lines (seconds since boot, made epoch with boot)."""
+    events = []
+    for line in (text or "").splitlines():
+        found = _XID.search(line)
+        if not found:
+            continue
+        at = None
+        unix, mono = _UNIX.match(line), _MONO.match(line)
+        if unix:
+            at = float(unix.group(1))
+        elif mono:
+            at = boot + float(mono.group(1))
+        events.append({"at": at, "bus": bus_key(found.group(1)), "code": int(found.group(2)),
+                       "line": line[found.start():].strip()[:300]})
+    return events
+
+
+def read_kernel_log(run, since, boot=None):
+    """(events, source, None) or (None, None, why): Xid lines of this boot from `journalctl -k`, else `dmesg`."""
+    boot = boot_time() if boot is None else boot
+    whys = []
+    argv = ["journalctl", "-k", "-b", "-o", "short-unix", "--no-pager", "-q", "--since", "@%d" % int(max(since, boot))]
+    rc, out, err = run(argv)
+    text = ("%s %s" % (out or "", err or "")).lower()
+    if rc == 0 and not (not (out or "").strip() and any(hint in text for hint in _JOURNAL_DENIED)):
+        return parse_xids(out, boot), "journalctl -k", None
+    whys.append("journalctl -k: %s" % (" ".join((err or out or "exit %d" % rc).split())[:200] or "exit %d" % rc))
+    rc, out, err = run(["dmesg"])
+    if rc == 0:
+        return parse_xids(out, boot), "dmesg", None
+    whys.append("dmesg: %s" % (" ".join((err or out or "exit %d" % rc).split())[:200] or "exit %d" % rc))
+    return None, None, "; ".join(whys)
+
+
+# `dcgmi diag -r N` prints a table (DCGM User Guide, "Diagnostics" / "Run Levels and Tests", DCGM 3.x):
+#   | Diagnostic                | Result                                         |
+#   |-----  Deployment  --------+------------------------------------------------|
+#   | Denylist                  | Pass                                           |
+#   | PCIe                      | Fail - GPU: 1                                  |
+#   | Warning                   | GPU 1 GPU 1 PCIe link width x8 below x16 ...   |
+#   | Memory                    | Pass - All                                     |
+_DIAG_ROW = re.compile(r"^\|\s*([^|]*?)\s*\|\s*([^|]*?)\s*\|\s*$")
+
+
+def parse_dcgm_diag(text, indices):
+    """{index: [failure messages]} for the GPUs in indices that a test failed ("All" names each of them)."""
+    failed = {}
+    test, last_failed = None, []
+    for line in (text or "").splitlines():
+        row = _DIAG_ROW.match(line.strip())
+        if not row or row.group(1).startswith("-----") or row.group(1) == "Diagnostic":
+            continue
+        name, result = row.groups()
+        if name and name != "Warning":
+            test = name
+        if name == "Warning" or (not name and last_failed):
+            for index in last_failed:
+                failed.setdefault(index, []).append("%s: %s" % (test, result))
+            continue
+        last_failed = []
+        if not result.lower().startswith("fail"):
+            continue
+        gpus = re.search(r"GPUs?:\s*([\d,\s]+)", result)
+        named = [int(g) for g in re.findall(r"\d+", gpus.group(1))] if gpus else list(indices)
+        last_failed = [i for i in named if i in indices]
+        for index in last_failed:
+            failed.setdefault(index, []).append("%s failed" % test)
+    return failed
+
+
+def run_dcgm_diag(run, level, indices, required):
+    """({index: [messages]}, note or None, seconds): dcgmi diag -r level on indices; a missing dcgmi is a note
+    (an error message in the first value's None key with required)."""
+    exe = shutil.which("dcgmi")
+    if exe is None:
+        why = "dcgmi is not on PATH (DCGM not installed): the level %d diagnostic was not run" % level
+        if required:
+            return {None: [why + " and health.dcgm is require"]}, None, 0.0
+        return {}, why, 0.0
+    began = time.monotonic()
+    rc, out, err = run([exe, "diag", "-r", str(level), "-i", ",".join(str(i) for i in indices)])
+    took = round(time.monotonic() - began, 3)
+    failed = parse_dcgm_diag(out, indices)
+    if rc != 0 and not failed:
+        text = " ".join((err or out or "").split())[:300]
+        return {None: ["dcgmi diag -r %d exited %d: %s" % (level, rc, text)]}, None, took
+    return failed, None, took
+
+
+class Record(object):
+    """<state_dir>/gpu-health.json: per GPU (by bus id), the last clean check (time and NVLink counters) and
+    the last acknowledgement (time and what named it)."""
+
+    def __init__(self, state_dir):
+        self.path = os.path.join(state_dir, RECORD) if state_dir else None
+
+    def load(self):
+        if not self.path:
+            return {}
+        try:
+            with open(self.path) as handle:
+                data = json.load(handle)
+            return data if isinstance(data, dict) else {}
+        except (IOError, OSError, ValueError):
+            return {}
+
+    def save(self, data):
+        if not self.path:
+            return
+        directory = os.path.dirname(self.path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".gpu-health-", dir=directory)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(data, sort_keys=True, indent=1) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.path)
+
+    def mark_clean(self, gpus, now=None):
+        """Record a clean check of gpus: the Xid window and the NVLink baseline start here."""
+        if not self.path:
+            return
+        now = time.time() if now is None else now
+        data = self.load()
+        for gpu in gpus:
+            key = bus_key(gpu.get("pci_bus_id"))
+            if key:
+                entry = data.setdefault(key, {})
+                entry.update(index=gpu["index"], uuid=gpu.get("uuid"), clean_at=now, nvlink=gpu.get("nvlink"))
+        self.save(data)
+
+
+def _matches(gpu, token):
+    token = str(token).strip()
+    return token == str(gpu["index"]) or (bus_key(token) is not None and bus_key(token) == bus_key(gpu.get("pci_bus_id"))) \
+        or token == gpu.get("uuid")
+
+
+def _signal(gpu, signal, level, msg):
+    gpu["health"].setdefault("signals", []).append({"signal": signal, "level": level, "msg": msg})
+
+
+def assess(gpus, health, run, phase="before", write=True, now=None, boot=None):
+    """Read each health signal of gpus (as _gpu read them) with the settings health (settings()); adds
+    health["signals"] to each GPU and returns {"warnings": [...], "notes": [...], "errors": [...], "acked": [...],
+    "dcgm": {...} or None} for the whole check. phase: "before" the stop (DCGM level 1) or "after" it (level 2:
+    level 2 wants idle GPUs), "standalone" (gpu_idle_check: either level). write=False (check mode) records nothing."""
+    health = settings(health)
+    now = time.time() if now is None else now
+    boot = boot_time() if boot is None else boot
+    record = Record(health.get("state_dir"))
+    data = record.load()
+    out = {"warnings": [], "notes": [], "errors": [], "acked": [], "dcgm": None}
+    for gpu in gpus:
+        gpu["health"]["signals"] = []
+    # acknowledgements first: an operator who repaired a GPU moves its window (and NVLink baseline) to now
+    acked = False
+    for token in health.get("ack") or []:
+        hits = [g for g in gpus if _matches(g, token)]
+        if not hits:
+            out["errors"].append("gpu_health_ack %r names no GPU of this check (an index, a PCI bus id or a UUID: %s)"
+                                 % (token, ", ".join("%d=%s" % (g["index"], g.get("pci_bus_id")) for g in gpus)))
+        for gpu in hits:
+            key = bus_key(gpu.get("pci_bus_id")) or "index-%d" % gpu["index"]
+            entry = data.setdefault(key, {})
+            entry["ack"] = {"at": now, "by": str(token)}
+            entry["nvlink"] = gpu.get("nvlink")
+            out["acked"].append({"index": gpu["index"], "pci_bus_id": gpu.get("pci_bus_id"), "at": now})
+            acked = True
+    if acked and write:
+        record.save(data)
+
+    def since(gpu):
+        entry = data.get(bus_key(gpu.get("pci_bus_id")) or "index-%d" % gpu["index"], {})
+        marks = [entry.get("clean_at") or 0, (entry.get("ack") or {}).get("at") or 0]
+        return max([boot] + marks), entry
+
+    # Xid events
+    if health["xid"] != "skip" and gpus:
+        earliest = min(since(g)[0] for g in gpus)
+        events, source, why = read_kernel_log(run, earliest, boot)
+        if events is None:
+            msg = "the kernel log cannot be read, so Xid events were not checked: %s" % why
+            (out["errors"] if health["xid"] == "require" else out["warnings"]).append(
+                msg + (" (health.xid is require)" if health["xid"] == "require" else ""))
+        else:
+            out["xid_source"] = source
+            fatal = set(health["xid_fatal"])
+            for gpu in gpus:
+                start, _entry = since(gpu)
+                key = bus_key(gpu.get("pci_bus_id"))
+                mine = [e for e in events if key and e["bus"] == key and (e["at"] is None or e["at"] >= start)]
+                gpu["health"]["xid"] = [{"code": e["code"], "at": e["at"]} for e in mine]
+                for event in mine:
+                    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(event["at"])) if event["at"] else "this boot"
+                    text = "Xid %d at %s (%s, since the last clean check or ack)" % (event["code"], when, source)
+                    if event["code"] in fatal:
+                        _signal(gpu, "xid", "block", text + "; after a repair or reset, run again with "
+                                "-e gpu_health_ack=%s" % gpu.get("pci_bus_id", gpu["index"]))
+                    else:
+                        _signal(gpu, "xid", "warn", text + " (not in health.xid_fatal)")
+    # NVLink counters against the last clean check
+    for gpu in gpus:
+        counters = gpu.get("nvlink")
+        if not counters:
+            continue
+        _start, entry = since(gpu)
+        base = entry.get("nvlink")
+        if not base:
+            _signal(gpu, "nvlink", "note", "NVLink error counters %s have no clean check to compare with yet" % counters)
+            continue
+        growth = dict((k, (counters.get(k) or 0) - (base.get(k) or 0)) for k in counters)
+        total = sum(v for v in growth.values() if v > 0)
+        gpu["health"]["nvlink_growth"] = growth
+        if total > health["nvlink_errors_max"]:
+            grown = ", ".join("%s +%d" % kv for kv in sorted(growth.items()))
+            _signal(gpu, "nvlink", "block", "NVLink errors grew by %d since the last clean check (%s; "
+                    "health.nvlink_errors_max %d)" % (total, grown, health["nvlink_errors_max"]))
+    # the PCIe link against its maximum
+    for gpu in gpus:
+        pcie = gpu.get("pcie") or {}
+        width, width_max = pcie.get("width_current"), pcie.get("width_max")
+        gen, gen_max = pcie.get("gen_current"), pcie.get("gen_max")
+        if width and width_max and width < width_max and health["pcie_downgrade"] != "ignore":
+            level = "block" if health["pcie_downgrade"] == "fail" else "warn"
+            _signal(gpu, "pcie_width", level, "PCIe link trained at x%d below its maximum x%d (host-to-device "
+                    "bandwidth cut%s)" % (width, width_max, "; health.pcie_downgrade is fail" if level == "block" else ""))
+        if gen and gen_max and gen < gen_max:
+            _signal(gpu, "pcie_gen", "note", "PCIe link at generation %d below its maximum %d (an idle GPU trains "
+                    "its generation down to save power: only a reading under load tells)" % (gen, gen_max))
+    # DCGM's diagnostic
+    level = health["dcgm_diag"]
+    if level and gpus and level in {"before": (1,), "after": (2,), "standalone": (1, 2)}[phase]:
+        failed, note, took = run_dcgm_diag(run, level, [g["index"] for g in gpus], health["dcgm"] == "require")
+        out["dcgm"] = {"level": level, "seconds": took, "phase": phase}
+        if note:
+            out["notes"].append(note)
+        out["errors"].extend(failed.pop(None, []))
+        for gpu in gpus:
+            for msg in failed.get(gpu["index"], []):
+                _signal(gpu, "dcgm", "block", "dcgmi diag -r %d: %s" % (level, msg))
+    for gpu in gpus:
+        for sig in gpu["health"]["signals"]:
+            where = "GPU %d (PCI %s)" % (gpu["index"], gpu.get("pci_bus_id") or "?")
+            if sig["level"] == "warn":
+                out["warnings"].append("%s %s: %s" % (where, sig["signal"], sig["msg"]))
+            elif sig["level"] == "note":
+                out["notes"].append("%s %s: %s" % (where, sig["signal"], sig["msg"]))
+    return out
+
+
+def problems(gpu):
+    """The blocking signals of one assessed GPU, as messages naming the signal."""
+    return ["%s: %s" % (sig["signal"], sig["msg"]) for sig in gpu["health"].get("signals") or [] if sig["level"] == "block"]
