@@ -249,6 +249,15 @@ options:
       - Set V(false) for an engine build whose help is incomplete. O(engine=command) is never checked.
     type: bool
     default: true
+  host_memory_mib:
+    description:
+      - The host memory (MiB) this configuration needs once it serves, as measured for the variant (the engine's
+        resident memory). Before anything is stopped, a start is refused when it exceeds what the host has
+        available, C(MemAvailable) of C(/proc/meminfo) plus the resident memory (C(VmRSS)) of the running
+        server's processes that the stop would free, naming needed and available; the call fails with
+        C(nothing was stopped) and the running server untouched.
+      - Unset or V(0), memory is not checked.
+    type: int
   resolved_from:
     description:
       - How RV(resolved), the settings the engine really resolved, is read once the server is ready.
@@ -647,6 +656,8 @@ def validate(p):
         if not os.path.isabs(p[key]):
             errors.append("%s must be an absolute path, got %r: a relative one would resolve against the directory "
                           "the module happens to run in, where a later run would not find it" % (key, p[key]))
+    if p["host_memory_mib"] is not None and p["host_memory_mib"] < 0:
+        errors.append("host_memory_mib must be 0 (not checked) or more MiB, got %s" % p["host_memory_mib"])
     if p["log_keep"] < 1:
         errors.append("log_keep must be 1 or more (the engine logs kept, the current one included), got %s" % p["log_keep"])
     if p["gpu_check"]:
@@ -679,6 +690,7 @@ def main():
             ready_wait=dict(type="float"),
             gpu_check=dict(type="dict", options=_idle_check.ARGUMENT_SPEC),
             flag_check=dict(type="bool", default=True),
+            host_memory_mib=dict(type="int"),
             switch_id=dict(type="str"),
             resolved_from=dict(type="str", default="auto", choices=["auto", "sglang", "vllm", "transformers", "none"]),
             **_instance_args.INSTANCE_SPEC
