@@ -34,7 +34,7 @@ description:
     itself, in a process detached from the module that holds the lock until it ends. If the controller
     disappears, the host still ends with the new server ready or the previous one serving again. The
     module waits for it as O(wait) and O(ready_wait) say; a later call with O(switch_id) joins it.
-  - Every failure says in RV(outcome) how it ended, exactly one of V(nothing_stopped), V(rolled_back)
+  - Every failure of a start, restart or stop says in RV(outcome) how it ended, exactly one of V(nothing_stopped), V(rolled_back)
     (the previous server serves again) and V(restore_failed) (nothing serves), and its message ends with
     the matching phrase, C(nothing was stopped), C(ROLLED BACK - VARIANT serves again) or
     C(RESTORE FAILED - nothing serves) (written with a colon, not a dash).
@@ -84,8 +84,17 @@ options:
         generation, and 10 s for the others; then a 1-token generation within 30 s). One that never became
         ready (left loading by an earlier call) is waited for, not restarted.
       - V(restarted) always stops and starts it. V(stopped) stops it and sweeps its leftovers.
+      - V(checked) reads and judges what the instance leaves serving, changing nothing (no lock, no state file
+        written; the same in check mode), for the end of a run. Nothing recorded in its state file passes
+        (nothing should serve). A recorded engine must be alive (its pid, with its start time) and answer
+        C(/health) and a 1-token generation; else the call fails naming the instance, its variant and pid, and
+        how the engine ended as its watchdog recorded it (RV(exit)), with the kernel's OOM kill of that pid where
+        the kernel log has one (RV(oom), from C(journalctl -k), else C(dmesg)), for example C(instance demo.r0
+        (variant batched, pid 4242\) no longer runs: the engine was killed by SIGKILL at T; killed by the
+        kernel's OOM killer (anon-rss 13.9 GB\)). An instance whose switch is under way (loading) passes, said
+        so in RV(reason). Needs only O(name), O(port) and where the state lives.
     type: str
-    choices: [started, stopped, restarted]
+    choices: [started, stopped, restarted, checked]
     default: started
   engine:
     description:
@@ -258,6 +267,7 @@ options:
         C(nothing was stopped) and the running server untouched.
       - Unset or V(0), memory is not checked.
     type: int
+    version_added: 0.4.0
   resolved_from:
     description:
       - How RV(resolved), the settings the engine really resolved, is read once the server is ready.
@@ -343,6 +353,12 @@ EXAMPLES = r"""
     model: /models/Qwen3.5-397B-A17B-NVFP4
     port: 30000
     state: stopped
+
+- name: At the end of a run, check what the instance leaves serving (changes nothing; fails if it died)
+  inferops.serving.inference_server:
+    name: qwen
+    port: 30000
+    state: checked
 """
 
 RETURN = r"""
@@ -541,6 +557,51 @@ lock_holder:
   description: Who held the instance's lock when this call gave up waiting (C(pid), C(what), C(since)).
   returned: when the lock stayed taken for O(lock_timeout)
   type: dict
+serving:
+  description: O(state=checked) only. V(true) when the recorded engine is alive and answered; V(false) when nothing
+    is recorded, a switch is under way, or (with the call failed) it is gone or does not answer.
+  returned: when O(state=checked)
+  type: bool
+oom:
+  description:
+    - O(state=checked) only, for an engine that is gone. The kernel's OOM kill of its pid (after it started), as
+      C(journalctl -k) (else C(dmesg)) tells it; null when the kernel log has none or cannot be read.
+  returned: when O(state=checked)
+  type: dict
+  contains:
+    pid:
+      description: The process killed.
+      type: int
+    comm:
+      description: Its command name, as the kernel printed it.
+      type: str
+    anon_rss_kib:
+      description: Its anonymous resident memory when it was killed (KiB), null when the line has none.
+      type: int
+    at:
+      description: When, in seconds since boot, null when the log line has no such stamp.
+      type: float
+    cgroup:
+      description: V(true) when a memory cgroup's limit ran out (not the host's memory).
+      type: bool
+  sample: {pid: 4242, comm: transformers, anon_rss_kib: 13574219, at: 8123.45, cgroup: false}
+problem:
+  description: O(state=checked) only. What is wrong with what the instance leaves serving (the message of the
+    failed call), null when nothing is.
+  returned: when O(state=checked)
+  type: str
+  sample: "instance demo.r0 (variant batched, pid 4242) no longer runs: the engine was killed by SIGKILL at 2026-12-05T21:40:01+0000"
+problem:
+  description: O(state=checked) only. What is wrong with what the instance leaves serving (the message of the
+    failed call), null when nothing is.
+  returned: when O(state=checked)
+  type: str
+  sample: "instance demo.r0 (variant batched, pid 4242) no longer runs: the engine was killed by SIGKILL at 2026-12-05T21:40:01+0000"
+probe:
+  description: O(state=checked) only. What the health probe of the recorded engine found, in words.
+  returned: when O(state=checked) and the engine runs
+  type: str
+  sample: "POST /v1/completions: 1 token generated"
 reason:
   description:
     - Why this call kept, waited for, started or restarted the server, in words (for example
@@ -675,7 +736,7 @@ def validate(p):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", default="started", choices=["started", "stopped", "restarted"]),
+            state=dict(type="str", default="started", choices=["started", "stopped", "restarted", "checked"]),
             engine=dict(type="str", choices=list(_engines.ENGINES)),
             model=dict(type="str"),
             api_key=dict(type="str", no_log=True),
