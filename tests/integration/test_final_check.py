@@ -82,7 +82,7 @@ def test_a_switch_fails_when_another_replica_died_during_it_naming_it(router, re
     assert expected in run.stdout
     failed = [r["result"] for r in run.records if r["status"] == "failed"]
     assert len(failed) == 1 and failed[0]["msg"] == "what this run leaves serving is not right: " + expected, failed
-    checked = [r["result"] for r in run.results("inference_server") if r["result"].get("problem")]
+    checked = [r["result"] for r in run.results("inference_server", checks=True) if r["result"].get("problem")]
     assert [c["exit"]["signal"] for c in checked] == ["SIGKILL"] and checked[0]["pid"] == before["r0"]
     # the replica the run switched serves the new variant, back in the router; the other is named, not touched
     assert host.variants() == {"r0": "v1", "r1": "v2"}
