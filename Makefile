@@ -17,7 +17,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
+.PHONY: help setup test lint sanity units conformance engine-envs router-env smg-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop demo-replicas demo-replicas-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -91,6 +91,19 @@ $(ROUTER_VENV)/.installed: tests/support/router-requirements.txt
 
 router-env: $(ROUTER_VENV)/.installed ## the side environment holding the pinned sglang-router (build/router-venv)
 
+# The pinned smg (tools/smg-requirements.txt) for make demo-replicas: its own environment, rebuilt when that
+# file changes.
+SMG_VENV := build/smg-venv
+
+$(SMG_VENV)/.installed: tools/smg-requirements.txt
+	rm -rf $(SMG_VENV)
+	$(PYTHON) -m venv $(SMG_VENV)
+	$(SMG_VENV)/bin/python -m pip install -q --disable-pip-version-check -r $<
+	$(SMG_VENV)/bin/smg launch --help >/dev/null
+	touch $@
+
+smg-env: $(SMG_VENV)/.installed ## the side environment holding the pinned smg router (build/smg-venv)
+
 # Two workers (pytest-xdist): the tests mostly wait on engines and ansible-playbook, and each has its own
 # ports, state dirs and fake GPUs. The tiny model is built once first, so the workers do not race to build it.
 # The tests marked `timing` (measured times against a server of known timing, to a few per cent) run after,
@@ -111,6 +124,13 @@ demo: setup ## the main job here: serve VARIANT (default batched) of the tiny mo
 
 demo-stop: setup ## stop the demo server and verify the GPUs
 	ansible-playbook playbooks/stop.yml -i inventories/local
+
+demo-replicas: setup smg-env ## two replicas of the tiny model behind smg, switched to the other variant under load: sent, failed, time per replica
+	python tools/build_tiny_model.py --out build/tiny-model >/dev/null
+	python tools/demo_replicas.py run
+
+demo-replicas-stop: setup ## stop the demo replicas (out of the router first), then the router
+	python tools/demo_replicas.py stop
 
 compare: setup ## the demo's baseline against batched on the real transformers engine, repeats 3; the verdict and the side-by-side report printed
 	python tools/build_tiny_model.py --out build/tiny-model
