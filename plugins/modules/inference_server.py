@@ -89,10 +89,9 @@ options:
         (nothing should serve). A recorded engine must be alive (its pid, with its start time) and answer
         C(/health) and a 1-token generation; else the call fails naming the instance, its variant and pid, and
         how the engine ended as its watchdog recorded it (RV(exit)), with the kernel's OOM kill of that pid where
-        the kernel log has one (RV(oom), from C(journalctl -k), else C(dmesg)), for example C(instance demo.r0
-        (variant batched, pid 4242\) no longer runs: the engine was killed by SIGKILL at T; killed by the
-        kernel's OOM killer (anon-rss 13.9 GB\)). An instance whose switch is under way (loading) passes, said
-        so in RV(reason). Needs only O(name), O(port) and where the state lives.
+        the kernel log has one (RV(oom), from C(journalctl -k), else C(dmesg)); RV(problem) has an example. An
+        instance whose switch is under way (loading) passes, said so in RV(reason). Needs only O(name), O(port)
+        and where the state lives.
     type: str
     choices: [started, stopped, restarted, checked]
     default: started
@@ -585,12 +584,6 @@ oom:
       description: V(true) when a memory cgroup's limit ran out (not the host's memory).
       type: bool
   sample: {pid: 4242, comm: transformers, anon_rss_kib: 13574219, at: 8123.45, cgroup: false}
-problem:
-  description: O(state=checked) only. What is wrong with what the instance leaves serving (the message of the
-    failed call), null when nothing is.
-  returned: when O(state=checked)
-  type: str
-  sample: "instance demo.r0 (variant batched, pid 4242) no longer runs: the engine was killed by SIGKILL at 2026-12-05T21:40:01+0000"
 problem:
   description: O(state=checked) only. What is wrong with what the instance leaves serving (the message of the
     failed call), null when nothing is.

@@ -27,8 +27,8 @@ def _line(name, checked, router):
         return "%s: FAILED - %s" % (name, checked.get("problem") or checked.get("msg") or "the check failed")
     if not checked.get("serving"):
         return "%s: %s" % (name, checked.get("reason") or "nothing serves")
-    text = "%s: %s serves (pid %s) on %s" % (name, checked.get("variant") or "(no variant label)", checked.get("pid"),
-                                            checked.get("url"))
+    variant = checked.get("variant") or "(no variant label)"
+    text = "%s: %s serves (pid %s) on %s" % (name, variant, checked.get("pid"), checked.get("url"))
     if router and not router.get("skipped") and not router.get("failed") and not router.get("changed"):
         text += ", listed healthy by router %s" % router.get("router_url")
     return text
@@ -87,8 +87,8 @@ def plan_words(switch_plan, plans, behind_router=False):
         result = entry.get("result") or {}
         now, wanted = _serving_now(result), result.get("variant") or "the variant"
         out = " out of the router and drained first, back in once ready;" if behind_router else ""
-        where = " (batch %d of %d%s)" % (batch_of[name], len(batches), ", the canary" if switch_plan.get("canary") == name
-                                        else "") if name in batch_of else ""
+        canary = ", the canary" if switch_plan.get("canary") == name else ""
+        where = " (batch %d of %d%s)" % (batch_of[name], len(batches), canary) if name in batch_of else ""
         if action == "switch" and now:
             text = "%s:%s stop %s, start %s%s" % (name, out, now, wanted, where)
         elif action == "switch":

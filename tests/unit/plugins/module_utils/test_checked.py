@@ -18,9 +18,9 @@ KILLED = {"code": None, "signal": "SIGKILL", "signum": 9, "ended_at": "2026-12-0
           "message": "was killed by SIGKILL at 2026-12-05T21:40:01+0000"}
 
 
-def ctx(record, running, kernel_log="", end=KILLED):
+def ctx(record, running, kernel_log="", end=None):
     host = types.SimpleNamespace(run=lambda argv, **kw: (0, kernel_log, ""))
-    sup = types.SimpleNamespace(ending=lambda rec, wait=0: dict(end))
+    sup = types.SimpleNamespace(ending=lambda rec, wait=0: dict(end or KILLED))
     return types.SimpleNamespace(params={"name": "demo.r0", "host": "127.0.0.1", "port": 8001, "api_key": None},
                                  result={}, load=lambda: (record, running), sup=sup, host=host)
 

@@ -9,20 +9,24 @@ from __future__ import annotations
 from ansible_collections.inferops.serving.plugins.module_utils import _kernel_log
 
 # journalctl -k -b -o short-monotonic (systemd 252), a host OOM on a 24 GB machine: the whole report as it comes
-JOURNAL = """[ 8120.101412] demo kernel: python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0
-[ 8120.101455] demo kernel: CPU: 1 PID: 5120 Comm: python3 Not tainted 6.1.0-18-amd64 #1  Debian 6.1.76-1
-[ 8120.101990] demo kernel: Mem-Info:
-[ 8120.102310] demo kernel: [  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name
-[ 8120.102350] demo kernel: [   4242]     0  4242  3723828  3393554 28000256        0             0 transformers
-[ 8120.102401] demo kernel: oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/user.slice/user-0.slice/session-3.scope,task=transformers,pid=4242,uid=0
-[ 8120.102468] demo kernel: Out of memory: Killed process 4242 (transformers) total-vm:14895312kB, anon-rss:13574219kB, file-rss:4096kB, shmem-rss:0kB, UID:0 pgtables:27344kB oom_score_adj:0
-[ 8120.391071] demo kernel: oom_reaper: reaped process 4242 (transformers), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB
-"""
+JOURNAL = "".join(line + "\n" for line in (
+    "[ 8120.101412] demo kernel: python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, "
+    "oom_score_adj=0",
+    "[ 8120.101455] demo kernel: CPU: 1 PID: 5120 Comm: python3 Not tainted 6.1.0-18-amd64 #1  Debian 6.1.76-1",
+    "[ 8120.101990] demo kernel: Mem-Info:",
+    "[ 8120.102310] demo kernel: [  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name",
+    "[ 8120.102350] demo kernel: [   4242]     0  4242  3723828  3393554 28000256        0             0 transformers",
+    "[ 8120.102401] demo kernel: oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,"
+    "task_memcg=/user.slice/user-0.slice/session-3.scope,task=transformers,pid=4242,uid=0",
+    "[ 8120.102468] demo kernel: Out of memory: Killed process 4242 (transformers) total-vm:14895312kB, anon-rss:13574219kB, "
+    "file-rss:4096kB, shmem-rss:0kB, UID:0 pgtables:27344kB oom_score_adj:0",
+    "[ 8120.391071] demo kernel: oom_reaper: reaped process 4242 (transformers), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
+))
 
 # dmesg (util-linux 2.38), a memory cgroup's limit
-DMESG = """[ 9001.000001] Memory cgroup out of memory: Killed process 5300 (python3) total-vm:9015312kB, anon-rss:8388608kB, file-rss:1024kB, shmem-rss:0kB, UID:1000 pgtables:17000kB oom_score_adj:0
-[ 9001.200000] oom_reaper: reaped process 5300 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB
-"""
+DMESG = ("[ 9001.000001] Memory cgroup out of memory: Killed process 5300 (python3) total-vm:9015312kB, anon-rss:8388608kB, "
+         "file-rss:1024kB, shmem-rss:0kB, UID:1000 pgtables:17000kB oom_score_adj:0\n"
+         "[ 9001.200000] oom_reaper: reaped process 5300 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB\n")
 
 # a kernel before 5.0: the kill on its own line after "Out of memory: Kill process ... or sacrifice child"
 OLD = """[  612.100000] Out of memory: Kill process 777 (python) score 901 or sacrifice child
