@@ -19,7 +19,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
 
-.PHONY: help setup gate-setup tiny-model test-packages check check-setup check-units check-smoke test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
+.PHONY: help setup gate-setup tiny-model test-packages check check-setup check-units check-smoke test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop demo-replicas demo-replicas-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -165,6 +165,13 @@ demo: setup ## the main job here: serve VARIANT (default batched) of the tiny mo
 
 demo-stop: setup ## stop the demo server and verify the GPUs
 	ansible-playbook playbooks/stop.yml -i inventories/local
+
+demo-replicas: setup $(ROUTER_VENV)-smg/.installed ## two replicas of the tiny model behind smg, switched to the other variant under load: sent, failed, time per replica
+	python tools/build_tiny_model.py --out build/tiny-model >/dev/null
+	python tools/demo_replicas.py run
+
+demo-replicas-stop: setup ## stop the demo replicas (out of the router first), then the router
+	python tools/demo_replicas.py stop
 
 COMPARE_BUDGET_S ?= 1200
 compare: setup ## the demo's baseline against batched on the real transformers engine, until decided or COMPARE_BUDGET_S (1200 s) runs out; the verdict and the side-by-side report printed

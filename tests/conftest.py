@@ -41,6 +41,13 @@ def free_port():
         return sock.getsockname()[1]
 
 
+def _is_check(rec):
+    """An inference_server state=checked call (the end-of-run check)."""
+    result = rec.get("result") or {}
+    args = (result.get("invocation") or {}).get("module_args") or {}
+    return rec["action"].endswith("inference_server") and args.get("state") == "checked"
+
+
 class PlaybookRun(object):
     def __init__(self, proc, records):
         self.rc = proc.returncode
@@ -48,20 +55,24 @@ class PlaybookRun(object):
         self.stderr = proc.stderr
         self.records = records
 
-    def results(self, action=None, task=None):
-        """Task results, optionally filtered by action (module name, any prefix) or task name."""
+    def results(self, action=None, task=None, checks=False):
+        """Task results, optionally filtered by action (module name, any prefix) or task name. The end-of-run
+        check's inference_server calls (state=checked, roles/serve_variant/tasks/final_check.yml) are left out
+        unless checks: a test's "last inference_server result" is the converge or stop it asserts on."""
         out = []
         for rec in self.records:
             if action and not (rec["action"] == action or rec["action"].endswith("." + action)):
                 continue
             if task and rec["task"] != task:
                 continue
+            if not checks and _is_check(rec):
+                continue
             out.append(rec)
         return out
 
-    def result(self, action=None, task=None):
+    def result(self, action=None, task=None, checks=False):
         """The last result that ran (a skipped task has none: a role's branch not taken)."""
-        found = [rec for rec in self.results(action, task) if rec["status"] != "skipped"]
+        found = [rec for rec in self.results(action, task, checks) if rec["status"] != "skipped"]
         assert found, "no result for action=%s task=%s in:\n%s" % (action, task, self.stdout[-4000:])
         return found[-1]["result"]
 

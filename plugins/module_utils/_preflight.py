@@ -9,7 +9,8 @@ server that runs keeps running. Checked: the state and log directories (writable
 the launcher (executable / python / command[0]) present, a local model path present, the new port
 free when it is not the running server's, and the GPU holders that will remain once the running
 server's processes are gone (protected daemons, another live instance's engine, holders outside the
-reclaim scope, unhealthy GPUs).
+reclaim scope, unhealthy GPUs), and the host memory the variant declares (host_memory_mib) against
+MemAvailable plus what the running server's processes hold.
 """
 
 from __future__ import annotations
@@ -407,6 +408,55 @@ def gpu_problems(params, spared, run, find_smi, owner=None, write=True):
     return _idle_check.blockers(params["gpu_check"], run, find_smi, spared=spared, owner=owner, write=write)
 
 
+def meminfo_mib(root=_procs.PROC_ROOT):
+    """{field: MiB} of /proc/meminfo (MemAvailable, MemTotal, ...), {} when it cannot be read."""
+    found = {}
+    try:
+        with open(os.path.join(root, "meminfo")) as handle:
+            for line in handle:  # "MemAvailable:   12345678 kB"
+                key, dummy, rest = line.partition(":")
+                parts = rest.split()
+                if len(parts) == 2 and parts[0].isdigit() and parts[1] == "kB":  # HugePages_Total: a count
+                    found[key.strip()] = int(parts[0]) // 1024
+    except (IOError, OSError):
+        return {}
+    return found
+
+
+def rss_mib(pids, root=_procs.PROC_ROOT):
+    """The resident memory of pids (VmRSS of /proc/PID/status, summed), in MiB; a pid gone counts 0."""
+    total_kib = 0
+    for pid in pids:
+        try:
+            with open(os.path.join(root, str(pid), "status")) as handle:
+                for line in handle:
+                    if line.startswith("VmRSS:"):
+                        total_kib += int(line.split()[1])
+                        break
+        except (IOError, OSError, ValueError, IndexError):
+            continue
+    return total_kib // 1024
+
+
+def memory_problem(params, spared, root=_procs.PROC_ROOT):
+    """None when params["host_memory_mib"] (what the variant needs, unset: not checked) fits what the host has
+    available once the running server's processes (spared) are gone: MemAvailable plus their resident memory;
+    else why not, naming needed and available. A host whose /proc/meminfo has no MemAvailable is not judged."""
+    need = params.get("host_memory_mib")
+    if not need:
+        return None
+    available = meminfo_mib(root).get("MemAvailable")
+    if available is None:
+        return None
+    freed = rss_mib(spared, root)
+    if need <= available + freed:
+        return None
+    return ("host memory: variant %s needs host_memory_mib %d MiB, the host has %d MiB available (MemAvailable "
+            "%d MiB plus %d MiB resident in the %d process(es) of instance %s that the stop would free); free memory "
+            "or lower the variant's needs" % (params.get("variant") or params.get("engine"), need, available + freed,
+                                              available, freed, len(spared), params["name"]))
+
+
 def check(params, adapter, launch, version, record, running, spared, run=None, find_smi=None, create=True,
           owner=None):
     """Every blocker of a switch to params (a list of messages), the GPU survey and the flag check (or None)."""
@@ -417,6 +467,7 @@ def check(params, adapter, launch, version, record, running, spared, run=None, f
         launcher,
         model_problem(params),
         port_problem(params, record, running, spared, owner),
+        memory_problem(params, spared),
     ) if problem]
     flags, flag_check = ([], None) if launcher else flag_problems(adapter, params, launch, version, run, create)
     gpus, survey = gpu_problems(params, spared, run, find_smi, owner, write=create)

@@ -16,7 +16,7 @@ import os
 import socket
 
 from ansible_collections.inferops.serving.plugins.module_utils import (
-    _engines, _fingerprint, _idle_check, _lock, _preflight, _procs, _prom, _recover, _supervisor, _switch)
+    _checked, _engines, _fingerprint, _idle_check, _lock, _preflight, _procs, _prom, _recover, _supervisor, _switch)
 
 ServerError = _switch.ServerError
 probe_host = _switch.probe_host
@@ -142,6 +142,8 @@ def reconcile(params, host, check_mode=False):
     try:
         if params.get("switch_id"):
             return _join(ctx, params["switch_id"])
+        if params["state"] == "checked":  # reads only: no lock, no state file written
+            return _checked.check(ctx)
         if params["state"] == "stopped":
             return _locked(ctx, "stop", None, _stop)
         adapter = _engines.adapter(params["engine"])
@@ -151,7 +153,7 @@ def reconcile(params, host, check_mode=False):
                           served_model=launch.probe_model)
         return _locked(ctx, _what(params, launch), launch, lambda c: _start(c, adapter, version, launch))
     except (_engines.EngineError, _supervisor.SupervisorError) as exc:
-        if params["state"] == "stopped":
+        if params["state"] in ("stopped", "checked"):
             raise ServerError(str(exc), **ctx.result)
         raise _switch.nothing_stopped(str(exc), **ctx.result)
     except ServerError as exc:

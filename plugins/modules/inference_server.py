@@ -34,7 +34,7 @@ description:
     itself, in a process detached from the module that holds the lock until it ends. If the controller
     disappears, the host still ends with the new server ready or the previous one serving again. The
     module waits for it as O(wait) and O(ready_wait) say; a later call with O(switch_id) joins it.
-  - Every failure says in RV(outcome) how it ended, exactly one of V(nothing_stopped), V(rolled_back)
+  - Every failure of a start, restart or stop says in RV(outcome) how it ended, exactly one of V(nothing_stopped), V(rolled_back)
     (the previous server serves again) and V(restore_failed) (nothing serves), and its message ends with
     the matching phrase, C(nothing was stopped), C(ROLLED BACK - VARIANT serves again) or
     C(RESTORE FAILED - nothing serves) (written with a colon, not a dash).
@@ -84,8 +84,16 @@ options:
         generation, and 10 s for the others; then a 1-token generation within 30 s). One that never became
         ready (left loading by an earlier call) is waited for, not restarted.
       - V(restarted) always stops and starts it. V(stopped) stops it and sweeps its leftovers.
+      - V(checked) reads and judges what the instance leaves serving, changing nothing (no lock, no state file
+        written; the same in check mode), for the end of a run. Nothing recorded in its state file passes
+        (nothing should serve). A recorded engine must be alive (its pid, with its start time) and answer
+        C(/health) and a 1-token generation; else the call fails naming the instance, its variant and pid, and
+        how the engine ended as its watchdog recorded it (RV(exit)), with the kernel's OOM kill of that pid where
+        the kernel log has one (RV(oom), from C(journalctl -k), else C(dmesg)); RV(problem) has an example. An
+        instance whose switch is under way (loading) passes, said so in RV(reason). Needs only O(name), O(port)
+        and where the state lives.
     type: str
-    choices: [started, stopped, restarted]
+    choices: [started, stopped, restarted, checked]
     default: started
   engine:
     description:
@@ -330,6 +338,16 @@ options:
   metrics_host:
     description: The C(host) label of the series (the roles pass C(inventory_hostname)); unset, the host name.
     type: str
+  host_memory_mib:
+    description:
+      - The host memory (MiB) this configuration needs once it serves, as measured for the variant (the engine's
+        resident memory). Before anything is stopped, a start is refused when it exceeds what the host has
+        available, C(MemAvailable) of C(/proc/meminfo) plus the resident memory (C(VmRSS)) of the running
+        server's processes that the stop would free, naming needed and available; the call fails with
+        C(nothing was stopped) and the running server untouched.
+      - Unset or V(0), memory is not checked.
+    type: int
+    version_added: 0.4.0
   resolved_from:
     description:
       - How RV(resolved), the settings the engine really resolved, is read once the server is ready.
@@ -415,6 +433,12 @@ EXAMPLES = r"""
     model: /models/Qwen3.5-397B-A17B-NVFP4
     port: 30000
     state: stopped
+
+- name: At the end of a run, check what the instance leaves serving (changes nothing; fails if it died)
+  inferops.serving.inference_server:
+    name: qwen
+    port: 30000
+    state: checked
 """
 
 RETURN = r"""
@@ -613,6 +637,45 @@ lock_holder:
   description: Who held the instance's lock when this call gave up waiting (C(pid), C(what), C(since)).
   returned: when the lock stayed taken for O(lock_timeout)
   type: dict
+serving:
+  description: O(state=checked) only. V(true) when the recorded engine is alive and answered; V(false) when nothing
+    is recorded, a switch is under way, or (with the call failed) it is gone or does not answer.
+  returned: when O(state=checked)
+  type: bool
+oom:
+  description:
+    - O(state=checked) only, for an engine that is gone. The kernel's OOM kill of its pid (after it started), as
+      C(journalctl -k) (else C(dmesg)) tells it; null when the kernel log has none or cannot be read.
+  returned: when O(state=checked)
+  type: dict
+  contains:
+    pid:
+      description: The process killed.
+      type: int
+    comm:
+      description: Its command name, as the kernel printed it.
+      type: str
+    anon_rss_kib:
+      description: Its anonymous resident memory when it was killed (KiB), null when the line has none.
+      type: int
+    at:
+      description: When, in seconds since boot, null when the log line has no such stamp.
+      type: float
+    cgroup:
+      description: V(true) when a memory cgroup's limit ran out (not the host's memory).
+      type: bool
+  sample: {pid: 4242, comm: transformers, anon_rss_kib: 13574219, at: 8123.45, cgroup: false}
+problem:
+  description: O(state=checked) only. What is wrong with what the instance leaves serving (the message of the
+    failed call), null when nothing is.
+  returned: when O(state=checked)
+  type: str
+  sample: "instance demo.r0 (variant batched, pid 4242) no longer runs: the engine was killed by SIGKILL at 2026-12-05T21:40:01+0000"
+probe:
+  description: O(state=checked) only. What the health probe of the recorded engine found, in words.
+  returned: when O(state=checked) and the engine runs
+  type: str
+  sample: "POST /v1/completions: 1 token generated"
 reason:
   description:
     - Why this call kept, waited for, started or restarted the server, in words (for example
@@ -733,6 +796,8 @@ def validate(p):
         if not os.path.isabs(p[key]):
             errors.append("%s must be an absolute path, got %r: a relative one would resolve against the directory "
                           "the module happens to run in, where a later run would not find it" % (key, p[key]))
+    if p["host_memory_mib"] is not None and p["host_memory_mib"] < 0:
+        errors.append("host_memory_mib must be 0 (not checked) or more MiB, got %s" % p["host_memory_mib"])
     if p["log_keep"] < 1:
         errors.append("log_keep must be 1 or more (the engine logs kept, the current one included), got %s" % p["log_keep"])
     if p["gpu_check"]:
@@ -760,7 +825,7 @@ def _export(module, p, result, into):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", default="started", choices=["started", "stopped", "restarted"]),
+            state=dict(type="str", default="started", choices=["started", "stopped", "restarted", "checked"]),
             engine=dict(type="str", choices=list(_engines.ENGINES)),
             model=dict(type="str"),
             api_key=dict(type="str", no_log=True),
@@ -775,6 +840,7 @@ def main():
             ready_wait=dict(type="float"),
             gpu_check=dict(type="dict", options=_idle_check.ARGUMENT_SPEC),
             flag_check=dict(type="bool", default=True),
+            host_memory_mib=dict(type="int"),
             switch_id=dict(type="str"),
             resolved_from=dict(type="str", default="auto", choices=["auto", "sglang", "vllm", "transformers", "none"]),
             metrics_dir=dict(type="path"),

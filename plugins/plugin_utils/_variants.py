@@ -18,6 +18,7 @@ FIELDS = {
     "engine": "str", "model": "str", "engine_args": "dict", "env": "dict", "command": "list",
     "extends": "str", "executable": "str", "python": "str", "served_model_name": "str",
     "ready_timeout": "number", "description": "str", "flag_check": "bool", "drain_metric": "str",
+    "host_memory_mib": "mib",
 }
 
 
@@ -71,6 +72,8 @@ def _shape_errors(name, spec):
             errors.append("variant %s: %s must be a list of strings (an argv), got %r" % (name, key, value))
         elif kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
             errors.append("variant %s: %s must be a positive number of seconds, got %r" % (name, key, value))
+        elif kind == "mib" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            errors.append("variant %s: %s must be a positive whole number of MiB, got %r" % (name, key, value))
         elif kind == "bool" and not isinstance(value, bool):
             errors.append("variant %s: %s must be true or false, got %r" % (name, key, value))
     for key, value in (spec.get("env") or {}).items() if isinstance(spec.get("env"), dict) else ():

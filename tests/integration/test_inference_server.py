@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from ansible_collections.inferops.serving.plugins.module_utils import _marker, _procs
+from ansible_collections.inferops.serving.plugins.module_utils import _marker, _preflight, _procs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAKE = os.path.join(ROOT, "tests", "support", "fake_engine.py")
@@ -287,6 +287,43 @@ def test_gpu_check_between_stop_and_start(run_playbook, dirs, port, fake_gpus):
             assert _procs.alive(pid) and _port_open(port)  # the old server was never touched
             state = json.load(open(os.path.join(dirs["state_dir"], "gpus.json")))
             assert state["pid"] == pid and "previous" not in state
+    finally:
+        run_playbook(play(dict(srv, state="stopped")))
+
+
+def _mem_available_mib():
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    raise AssertionError("no MemAvailable in /proc/meminfo")
+
+
+def test_a_start_that_would_not_fit_in_memory_is_refused_before_the_stop(run_playbook, dirs, port):
+    srv = fake("mem", port, dirs, variant="small")
+    try:
+        run = run_playbook(play(srv))
+        assert run.rc == 0, run.stdout[-3000:]
+        pid = run.result("inference_server")["pid"]
+        # what the host has, plus all the old engine holds, plus 1 TiB: no stop could make room for it
+        need = _mem_available_mib() + _preflight.rss_mib([pid]) + 1024 * 1024
+        big = dict(srv, variant="big", host_memory_mib=need, command=srv["command"] + ["--load-s", "0.1"])
+        for check in (True, False):
+            run = run_playbook(play(big), check=check)
+            assert run.rc != 0
+            res = run.result("inference_server")
+            assert res["outcome"] == "nothing_stopped"
+            assert res["msg"].startswith("nothing was stopped: host memory: variant big needs host_memory_mib %d MiB, "
+                                         "the host has " % need), res["msg"]
+            assert "process(es) of instance mem that the stop would free" in res["msg"]
+            # the old engine was never touched: the same pid in the process table and in the state file
+            assert _procs.alive(pid) and _port_open(port)
+            state = json.load(open(os.path.join(dirs["state_dir"], "mem.json")))
+            assert state["pid"] == pid and state["variant"] == "small" and "previous" not in state
+        # a need the host meets switches as before
+        run = run_playbook(play(dict(big, host_memory_mib=1)))
+        assert run.rc == 0, run.stdout[-3000:]
+        assert run.result("inference_server")["pid"] != pid and gone(pid)
     finally:
         run_playbook(play(dict(srv, state="stopped")))
 

@@ -57,22 +57,39 @@ def loopback(url):
         return False
 
 
+def finished(text):
+    """Whether an OpenAI stream's last data chunk carries a finish_reason. transformers serve (5.24) ends a chat
+    stream with that chunk (and its usage) and sends no "data: [DONE]", directly or through smg 1.13.0."""
+    chunks = [line[len("data:"):].strip() for line in text.splitlines() if line.startswith("data:")]
+    try:
+        last = json.loads(chunks[-1]) if chunks else None
+    except ValueError:
+        return False
+    choices = last.get("choices") if isinstance(last, dict) else None
+    return bool(choices) and isinstance(choices[0], dict) and bool(choices[0].get("finish_reason"))
+
+
 class Load(object):
     """A closed loop of streaming completions to url (loopback only): `workers` clients, each sending
     one request after another until the `with` block ends, for at most `limit_s` seconds and at most
-    `max_requests` requests in all. A request fails unless it answers 200 and its stream ends with [DONE].
+    `max_requests` requests in all. A request fails unless it answers 200 and its stream ends with [DONE]
+    (chat: or with a chunk that has a finish_reason, see finished()).
 
     sent, failed and errors (why each failed, in order) are running totals; records() the requests as
     (start, end, ok) on time.monotonic, in the order they ended; latencies() and counts() of a window."""
 
     def __init__(self, url, workers=4, tokens=24, limit_s=240, max_requests=100000, model="standin",
-                 timeout=30):
+                 timeout=30, chat=False):
         if not loopback(url):
             raise ValueError("Load sends to this host only (a loopback address), not to %s" % url)
         if workers < 1 or limit_s <= 0 or max_requests < 1:
             raise ValueError("Load needs at least one worker, a positive limit_s and max_requests")
         self.url, self.workers, self.tokens, self.limit_s = url.rstrip("/"), workers, tokens, limit_s
         self.max_requests, self.model, self.timeout = max_requests, model, timeout
+        # chat: POST /v1/chat/completions with only the OpenAI fields (a transformers serve behind smg's
+        # OpenAI backend: smg 1.13 answers /v1/completions "Completion endpoint not implemented" there, and
+        # transformers serve refuses ignore_eos with HTTP 422)
+        self.chat = chat
         self.sent = self.failed = 0
         self.errors = []
         self._records = []
@@ -85,15 +102,21 @@ class Load(object):
         self.began = self.ended = None
 
     def _one(self):
-        body = json.dumps({"model": self.model, "prompt": "hi", "max_tokens": self.tokens, "stream": True,
-                           "ignore_eos": True}).encode()
-        req = urllib.request.Request(self.url + "/v1/completions", data=body,
+        if self.chat:
+            path = "/v1/chat/completions"
+            body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "hi"}],
+                               "max_tokens": self.tokens, "stream": True}).encode()
+        else:
+            path = "/v1/completions"
+            body = json.dumps({"model": self.model, "prompt": "hi", "max_tokens": self.tokens, "stream": True,
+                               "ignore_eos": True}).encode()
+        req = urllib.request.Request(self.url + path, data=body,
                                      headers={"Content-Type": "application/json"})
         start = time.monotonic()
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
                 text = resp.read().decode("utf-8", "replace")
-            ok = resp.status == 200 and "[DONE]" in text
+            ok = resp.status == 200 and ("[DONE]" in text or (self.chat and finished(text)))
             why = None if ok else "status %s, no [DONE]: %r" % (resp.status, text[-200:])
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
             ok, why = False, "%s: %s" % (type(exc).__name__, exc)

@@ -28,6 +28,12 @@ def test_validation_messages():
     assert inference_server.validate(params(ready_wait=0, gpu_check=check)) == []
 
 
+def test_host_memory_mib_must_not_be_negative():
+    assert "host_memory_mib must be 0 (not checked) or more MiB, got -1" in " ".join(
+        inference_server.validate(params(host_memory_mib=-1)))
+    assert inference_server.validate(params(host_memory_mib=4096)) == []
+
+
 def test_state_and_log_dirs_must_be_absolute():
     text = " ".join(inference_server.validate(params(state_dir="state", log_dir="./log")))
     assert "state_dir must be an absolute path, got 'state'" in text

@@ -68,6 +68,8 @@ def test_unknown_or_missing_variant_lists_the_known_ones(name, message):
     ({"a": {"engine": "vllm", "model": "m", "engine_args": [1]}}, r"engine_args must be a dict"),
     ({"a": {"engine": "vllm", "model": "m", "ready_timeout": -1}}, r"ready_timeout must be a positive number"),
     ({"a": {"engine": "vllm", "model": "m", "env": {"X": {"y": 1}}}}, r"env X must be a string or number"),
+    ({"a": {"engine": "vllm", "model": "m", "host_memory_mib": "13.9G"}}, r"host_memory_mib must be a positive whole number of MiB, got '13.9G'"),
+    ({"a": {"engine": "vllm", "model": "m", "host_memory_mib": -1}}, r"host_memory_mib must be a positive whole number"),
     ({"a": "vllm"}, r"variant a must be a dict"),
     ({}, r"serving_variants must be a non-empty dict"),
 ])

@@ -1,0 +1,31 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a run tells its user, each a pure function of plugin_utils/_run_report: final_check and plan_words."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.inferops.serving.plugins.plugin_utils import _run_report
+
+
+def final_check(checks):
+    """The verdict of the end-of-run check of every instance of a host."""
+    try:
+        return _run_report.final_check(checks)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("final_check: %s" % exc)
+
+
+def plan_words(switch_plan, plans, behind_router=False):
+    """A replica switch's plan, one line per instance in words."""
+    try:
+        return _run_report.plan_words(switch_plan, plans, behind_router)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("plan_words: %s" % exc)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"final_check": final_check, "plan_words": plan_words}

@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a run tells its user, decided in Python: the final check of what a run leaves serving (final_check),
+and a replica switch's plan in words (plan_words). Controller side, pure functions."""
+
+from __future__ import annotations
+
+
+def _router_problem(name, router):
+    """Why the router's listing (router_worker state=present in check mode) is not right, or None."""
+    if not router or router.get("skipped"):
+        return None
+    where = router.get("router_url") or "the router"
+    if router.get("failed"):
+        return "%s: its router %s could not be read: %s" % (name, where, router.get("msg") or "no reason given")
+    if not router.get("changed"):
+        return None  # listed healthy: nothing would change
+    entry = router.get("worker")
+    if entry:
+        return "%s serves, but router %s lists %s unhealthy" % (name, where, entry.get("url") or router.get("worker_url"))
+    return "%s serves, but router %s does not list it (%s)" % (name, where, router.get("worker_url"))
+
+
+def _line(name, checked, router):
+    if checked.get("problem") or checked.get("failed"):
+        return "%s: FAILED - %s" % (name, checked.get("problem") or checked.get("msg") or "the check failed")
+    if not checked.get("serving"):
+        return "%s: %s" % (name, checked.get("reason") or "nothing serves")
+    variant = checked.get("variant") or "(no variant label)"
+    text = "%s: %s serves (pid %s) on %s" % (name, variant, checked.get("pid"), checked.get("url"))
+    if router and not router.get("skipped") and not router.get("failed") and not router.get("changed"):
+        text += ", listed healthy by router %s" % router.get("router_url")
+    return text
+
+
+def final_check(checks):
+    """checks: [{"name": the instance's server name, "checked": inference_server state=checked's registered
+    result, "router": router_worker state=present's check-mode result (None or skipped: not behind a router)}]. A failed check carries
+    its message in "problem" (the role registers it with failed_when, so that every instance is checked first).
+
+    Returns {"ok": no problem, "problems": [one message per thing wrong, naming the instance], "lines": [what each
+    instance leaves serving, in words], "msg": the problems joined, or a one-line summary}."""
+    problems, lines = [], []
+    for check in checks or []:
+        name = check.get("name") or "?"
+        checked = check.get("checked") or {}
+        router = check.get("router") or None
+        if checked.get("problem") or checked.get("failed"):
+            problems.append(checked.get("problem") or checked.get("msg") or "%s: the check failed without a message" % name)
+        else:
+            found = _router_problem(name, router) if checked.get("serving") else None
+            if found:
+                problems.append(found)
+        lines.append(_line(name, checked, router))
+    serving = sum(1 for check in checks or [] if (check.get("checked") or {}).get("serving"))
+    if problems:
+        msg = "what this run leaves serving is not right: %s" % "; ".join(problems)
+    else:
+        msg = "%d of %d instance(s) serve, each alive and answering" % (serving, len(checks or []))
+    return {"ok": not problems, "problems": problems, "lines": lines, "msg": msg}
+
+
+def _serving_now(result):
+    current = (result or {}).get("current") or {}
+    if current.get("pid") and current.get("running"):
+        return "%s (pid %s)" % (current.get("variant") or "an unlabelled server", current["pid"])
+    if current.get("pid"):
+        return "%s (pid %s, no longer running)" % (current.get("variant") or "an unlabelled server", current["pid"])
+    return None
+
+
+def plan_words(switch_plan, plans, behind_router=False):
+    """A replica switch's plan (replica_switch_plan's dict) in words, one line per selected instance, in name
+    order: what it serves now, what it will serve, whether it leaves the router, its batch. plans: instance ->
+    {result (its inference_server plan), bench}, as replica_switch_plan took them."""
+    switch_plan, plans = switch_plan or {}, plans or {}
+    batch_of = {}
+    batches = switch_plan.get("batches") or []
+    for number, batch in enumerate(batches, 1):
+        for name in batch:
+            batch_of[name] = number
+    lines = []
+    for name in sorted(switch_plan.get("actions") or {}):
+        action = switch_plan["actions"][name]
+        entry = plans.get(name) or {}
+        result = entry.get("result") or {}
+        now, wanted = _serving_now(result), result.get("variant") or "the variant"
+        out = " out of the router and drained first, back in once ready;" if behind_router else ""
+        canary = ", the canary" if switch_plan.get("canary") == name else ""
+        where = " (batch %d of %d%s)" % (batch_of[name], len(batches), canary) if name in batch_of else ""
+        if action == "switch" and now:
+            text = "%s:%s stop %s, start %s%s" % (name, out, now, wanted, where)
+        elif action == "switch":
+            text = "%s: start %s (nothing serves there now)%s%s" % (
+                name, wanted, ", into the router once ready" if behind_router else "", where)
+        elif action == "relabel":
+            text = "%s: serves this configuration already as %s; only its label becomes %s, nothing restarts%s" % (
+                name, now or "an unlabelled server", wanted, where)
+        elif action == "add":  # kept, but its router does not list it healthy (replica_switch_plan's membership)
+            text = "%s: keeps %s, healthy; not in its router: put back first, nothing restarts" % (name, now or wanted)
+        elif name in batch_of:  # kept, but measured: out of the router meanwhile
+            text = "%s: keeps %s, taken out to be benchmarked%s" % (name, now or wanted, where)
+        else:
+            text = "%s: keeps %s, healthy; stays in the router, nothing restarts" % (name, now or wanted)
+        if entry.get("bench") and action != "keep":
+            text += "; then benchmarked"
+        lines.append(" ".join(text.split()))
+    return lines

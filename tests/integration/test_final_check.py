@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Every run re-checks what it leaves serving (roles/serve_variant/tasks/final_check.yml): a switch of one
+replica, behind the real sglang-router, during which another replica is killed with SIGKILL, fails, naming
+the dead replica and how it ended (its watchdog's exit record); the replica switched serves the new variant.
+The hosts, stand-in engines and router are those of test_replicas.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+from switchbed import STOP
+
+from test_replicas import listed, replicas, router  # noqa: F401 (the fixtures) pylint: disable=unused-import
+
+from ansible_collections.inferops.serving.plugins.module_utils import _procs
+
+
+def kill_when_switched(host, victim, switched, before, done):
+    """SIGKILL victim's engine once switched's new engine is recorded (the run is then in switched's start
+    or its return into the router); returns what was killed, in a dict the caller reads after the run."""
+    killed = {}
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not done.is_set():
+            pid = (host.record(switched) or {}).get("pid")
+            if pid and pid != before:
+                killed["pid"] = host.record(victim)["pid"]
+                os.kill(killed["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.02)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return killed, thread
+
+
+def two_behind(router, replicas):
+    """Replicas r0 and r1 on v1, both listed healthy by the router."""
+    host = replicas(router_url=router.url, names=("r0", "r1"))
+    run = host.play("v1")
+    assert run.rc == 0, run.stdout[-4000:]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and listed(router.url) != dict((url, True) for url in host.urls()):
+        time.sleep(0.2)
+    assert listed(router.url) == dict((url, True) for url in host.urls())
+    return host
+
+
+def said(run):
+    """What the final check said each instance leaves serving (its debug task's lines)."""
+    found = [r["result"]["msg"] for r in run.results(action="debug") if r["task"].endswith("leaves serving")]
+    assert found, run.stdout[-3000:]
+    return found[-1]
+
+
+def test_a_switch_fails_when_another_replica_died_during_it_naming_it(router, replicas):
+    host = two_behind(router, replicas)
+    before = host.pids()
+    done = threading.Event()
+    killed, thread = kill_when_switched(host, "r0", "r1", before["r1"], done)
+    started = time.monotonic()
+    try:
+        run = host.play("v2", instances="r1")
+    finally:
+        done.set()
+        thread.join()
+    print("the run took %.1f s; its end:\n%s" % (time.monotonic() - started, run.stdout[-2500:]))
+    assert killed.get("pid") == before["r0"], "r0 was killed during the run"
+    assert run.rc != 0, "a run that leaves a dead replica fails"
+    record = host.record("r0")
+    assert record["pid"] == before["r0"] and not _procs.alive(before["r0"])  # dead, as its state file still says
+    exit_record = json.loads((host.state_dir / "rep.r0.exit.json").read_text())
+    assert exit_record["signal"] == "SIGKILL" and exit_record["pid"] == before["r0"]
+    expected = "instance rep.r0 (variant v1, pid %d) no longer runs: the engine was killed by SIGKILL at %s" % (
+        before["r0"], exit_record["ended_at"])
+    assert expected in run.stdout
+    failed = [r["result"] for r in run.records if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["msg"] == "what this run leaves serving is not right: " + expected, failed
+    checked = [r["result"] for r in run.results("inference_server", checks=True) if r["result"].get("problem")]
+    assert [c["exit"]["signal"] for c in checked] == ["SIGKILL"] and checked[0]["pid"] == before["r0"]
+    # the replica the run switched serves the new variant, back in the router; the other is named, not touched
+    assert host.variants() == {"r0": "v1", "r1": "v2"}
+    after = host.pids()
+    assert after["r1"] != before["r1"] and _procs.alive(after["r1"])
+    assert said(run)[0] == "rep.r0: FAILED - " + expected
+    assert listed(router.url)["http://127.0.0.1:%d" % host.ports["r1"]] is True
+
+
+def test_a_run_that_leaves_every_replica_serving_passes_and_says_so(router, replicas):
+    host = two_behind(router, replicas)
+    run = host.play("v1")  # every replica keeps v1: nothing changes, and the final check reads each one
+    assert run.rc == 0, run.stdout[-3000:]
+    assert said(run) == ["rep.%s: v1 serves (pid %d) on http://127.0.0.1:%d, listed healthy by router %s" % (
+        name, host.pids()[name], host.ports[name], router.url) for name in ("r0", "r1")]
+    run = host.play(None, playbook=STOP)  # a stop leaves nothing recorded: nothing should serve, which passes
+    assert run.rc == 0, run.stdout[-3000:]
+    assert said(run) == ["rep.%s: nothing is recorded for it: nothing should serve" % name for name in ("r0", "r1")]
