@@ -122,6 +122,7 @@ def test_second_run_twice_slower_is_flagged(replay):
     assert "## Regressions" in text and "| 0.50× |" in text and os.path.basename(charts[1]) in text
 
 
+@pytest.mark.timeout(600)  # nine replays of a playbook: minutes on a loaded 2-core machine
 def test_fail_on_regression_counts_confirmed_regressions_and_an_ack_restarts_the_window(replay):
     fail = {"INFEROPS_FAIL_ON_REGRESSION": "true"}
     assert replay(bench_result()).rc == 0

@@ -11,6 +11,8 @@ import json
 import math
 import os
 
+import pytest
+
 from switchbed import ROOT, fake_engine, fleet, observed, serving, stand_in, switch  # noqa: F401 pylint: disable=unused-import
 
 COMPARE = os.path.join(ROOT, "playbooks", "compare.yml")
@@ -206,6 +208,7 @@ def test_a_drift_reads_as_a_difference_in_blocked_order_and_not_interleaved(swit
         assert float(drift.split("(\u00d7")[1].split()[0]) < 1.0, drift  # the host slowed down
 
 
+@pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
 def test_compare_until_decided_stops_when_it_knows_and_says_why(switch, fleet):
     """compare_until=decided: interleaved rounds of fast4 and slow8 (twice as fast, known from their flags), the
     first look after 2 rounds, at most 6; it stops at the first look whose sequential interval decides, and the

@@ -64,6 +64,7 @@ def demo(tiny_model):
     tool("stop", 300)
 
 
+@pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
 def test_demo_replicas_switches_both_under_load_with_no_failed_request(demo):
     started = time.monotonic()
     run = tool("run", 900)

@@ -161,6 +161,7 @@ def started_behind(router, replicas):
 
 
 @pytest.mark.smoke
+@pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
 def test_switching_four_replicas_behind_the_router_fails_no_request(router, replicas):
     host = started_behind(router, replicas)
     before = host.pids()
@@ -181,6 +182,7 @@ def test_switching_four_replicas_behind_the_router_fails_no_request(router, repl
 
 
 @pytest.mark.parametrize("kind, engine", [("smg", "sglang"), ("vllm", "vllm")])
+@pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
 def test_the_same_roll_behind_smg_and_vllm_router_fails_no_request(kind, engine, replicas, tmp_path):
     """The zero-failure roll behind the other two routers: SGLang stand-ins behind smg 1.13.0, vLLM stand-ins
     (vllm:num_requests_running) behind vllm-router 0.1.17, four replicas switched under a closed-loop load."""
@@ -416,6 +418,7 @@ def benched_labels(run):
             for level in rec["result"]["results"][:1]]
 
 
+@pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
 def test_rollout_on_a_host_of_replicas_switches_the_canary_instance_first_under_load(router, replicas):
     """rollout.yml on a host of four replicas: r0 is the canary (benchmarked on v1, switched alone, benchmarked
     on v2, gated), then r1-r3 in batches; every one out of the router and drained first. 0 failed requests."""
@@ -442,6 +445,7 @@ def test_rollout_on_a_host_of_replicas_switches_the_canary_instance_first_under_
     assert listed(router.url) == dict((url, True) for url in host.urls())
 
 
+@pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
 def test_a_slower_canary_instance_is_rolled_back_and_the_other_replicas_are_not_touched(router, replicas):
     host = started_behind(router, replicas)
     host.write(serving_bench=BENCH, serving_bench_enabled=True)

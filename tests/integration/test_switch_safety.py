@@ -186,6 +186,7 @@ def test_kill_9_of_the_controller_mid_switch_the_host_finishes_alone(switch, fle
     assert fleet.record()["pid"] == record["pid"]
 
 
+@pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
 def test_two_runs_at_once_one_waits_and_exactly_one_engine_serves(switch, fleet, ansible_env, tmp_path):
     # a load long enough that the second run meets the first one's switch under way even on a busy machine (8 s
     # was not, with two test workers and a load average of 7 on 2 cores: ansible-playbook alone took that long)

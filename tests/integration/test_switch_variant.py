@@ -198,6 +198,7 @@ LOCAL_CATALOG = yaml.safe_load(open(os.path.join(ROOT, "inventories", "local", "
 
 
 @pytest.mark.smoke
+@pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
 def test_real_transformers_engine_baseline_to_batched(run_playbook, tiny_model, tmp_path, port):
     extra = {"serving_model": tiny_model, "serving_port": port,
              "serving_state_dir": str(tmp_path / "state"), "serving_log_dir": str(tmp_path / "log"),
