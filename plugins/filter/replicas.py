@@ -19,10 +19,16 @@ def _call(name, func, *args):
 
 
 def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check=None, max_unavailable=1,
-                   min_available=1, engine=None):
-    """serving_instances checked: every instance, the selected ones and their batches."""
-    return _call("instances_plan", _replicas.instances_plan, instances, serving_name, selected, port, gpu_check,
-                 max_unavailable, min_available, engine)
+                   min_available=1, engine=None, router=None, drain_timeout=None, on_error="raise"):
+    """serving_instances checked: every instance, the selected ones and their batches. on_error=return gives
+    {error: the message} instead of a filter error, for the role to fail with as a plain task."""
+    try:
+        return _replicas.instances_plan(instances, serving_name, selected, port, gpu_check, max_unavailable,
+                                        min_available, engine, router, drain_timeout)
+    except (_replicas.PlanError, AttributeError, TypeError, ValueError) as exc:
+        if on_error == "return":
+            return {"error": str(exc)}
+        raise AnsibleFilterError("instances_plan: %s" % exc)
 
 
 def instance_fit(instance, spec):
@@ -35,9 +41,10 @@ def instance_engine_args(instance, spec):
     return _call("instance_engine_args", _replicas.instance_engine_args, instance, spec)
 
 
-def replica_switch_plan(plan, plans, canary=False, bench_always=False, pick=None):
-    """Which selected instances a run takes through the switch, in which batches, and the canary."""
-    return _call("replica_switch_plan", _replicas.switch_plan, plan, plans, canary, bench_always, pick)
+def replica_switch_plan(plan, plans, canary=False, bench_always=False, pick=None, membership=None):
+    """Which selected instances a run takes through the switch, in which batches, and the canary; which are
+    put back into their router (membership: what the router lists)."""
+    return _call("replica_switch_plan", _replicas.switch_plan, plan, plans, canary, bench_always, pick, membership)
 
 
 def drain_metric(spec):

@@ -239,7 +239,7 @@ def _gpu_check(gpu_check, gpus):
 
 
 def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check=None, max_unavailable=1,
-                   min_available=1, engine=None):
+                   min_available=1, engine=None, router=None, drain_timeout=None):
     """The host's instances checked, and which of them a run switches, in which batches.
 
     instances: serving_instances (None or empty: one implicit instance on every GPU, as before);
@@ -248,7 +248,8 @@ def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check
     (serving_port, the gpu_idle_check parameters); max_unavailable / min_available: at most that many
     instances out at once, never fewer than min_available of the host's instances in service (with two
     or more); engine: the host's engine (serving_engine): for sglang, an instance without nccl_port gets
-    port + NCCL_OFFSET.
+    port + NCCL_OFFSET; router and drain_timeout: serving_router and serving_drain_timeout, checked by
+    router_problems (None: not checked).
 
     Returns replicated (whether the host declares instances), instances (every one in name order:
     instance, name, port, gpus (sorted; None for the implicit one: every GPU), variant, nccl_port,
@@ -264,6 +265,7 @@ def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check
     if gpu_check is not None and not isinstance(gpu_check, Mapping):
         problems.append("gpu_check (serving_gpu_check) must be a dict of gpu_idle_check parameters, got %s"
                         % type(gpu_check).__name__)
+    problems.extend(router_problems(router, drain_timeout))
     if engine is not None and not isinstance(engine, str):
         problems.append("engine (serving_engine) must be an engine name, got %r" % (engine,))
     if instances is not None and not isinstance(instances, Mapping):
@@ -308,26 +310,169 @@ def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check
                 keep_healthy=min_available if len(declared) > 1 else 0)
 
 
+# ---- the router before the instances (serving_router) ------------------------------------------
+
+# The router types an inventory may name: router_worker's own (module_utils/_router.ROUTER_TYPES, less none,
+# its mode without a router API), and the role's command (argv hooks drive any other load balancer; the
+# drain is then router_worker's router_type none). A router type added there needs no edit here.
+COMMAND = "command"
+DEFAULT_ROUTER = "sglang"
+ROUTER_TYPES = tuple(kind for kind in _router.ROUTER_TYPES if kind != "none") + (COMMAND,)
+# serving_host values that name no one address a router could reach the instance at
+ANY_ADDRESS = ("", "0.0.0.0", "::")
+
+
+def router_problems(router, drain_timeout=None):
+    """What is wrong with serving_router and serving_drain_timeout, each in the inventory's words ([] when
+    nothing is). None or {} is no router. A key is never echoed."""
+    problems = []
+    if drain_timeout is not None and drain_timeout != "":
+        try:
+            seconds = float(drain_timeout)
+        except (TypeError, ValueError):
+            seconds = None
+        if isinstance(drain_timeout, bool) or seconds is None or not seconds > 0:
+            problems.append("serving_drain_timeout: %s must be a number of seconds above 0 (how long an instance "
+                            "out of its router may take to finish its requests)" % (drain_timeout,))
+    if router is None or (isinstance(router, Mapping) and not router):
+        return problems
+    if not isinstance(router, Mapping):
+        return problems + ["serving_router must be a dict (type, url, api_key, worker_host; or type command with "
+                           "remove and add), got %s" % type(router).__name__]
+    kind = router.get("type") or DEFAULT_ROUTER
+    if kind not in ROUTER_TYPES:
+        problems.append("serving_router.type: %r is not a router type; allowed: %s" % (kind, _join(ROUTER_TYPES)))
+        return problems
+    if kind == COMMAND:
+        for key in ("remove", "add"):
+            argv = router.get(key)
+            if not isinstance(argv, (list, tuple)) or not argv or not all(
+                    isinstance(arg, (str, int, float)) for arg in argv):
+                problems.append("serving_router.%s: type command needs the argv of the hook that %s an instance "
+                                "(a non-empty list of strings, run without a shell), got %r"
+                                % (key, "takes out" if key == "remove" else "puts back", argv))
+    else:
+        url = router.get("url")
+        if not url:
+            problems.append("serving_router.url: type %s needs the router's URL (http://HOST:PORT)" % kind)
+        elif not isinstance(url, str) or (urlsplit(url.strip()).scheme or "").lower() not in ("http", "https"):
+            problems.append("serving_router.url: %r is not an http(s) URL (http://HOST:PORT)" % (url,))
+        else:
+            try:
+                _router.Url(url, "serving_router.url")
+            except ValueError as exc:
+                problems.append(str(exc))
+    key = router.get("api_key")
+    if key is not None and key != "" and not isinstance(key, str):
+        problems.append("serving_router.api_key must be a string, the key the router was started with "
+                        "(--api-key), got a %s" % type(key).__name__)
+    host = router.get("worker_host")
+    if host is not None and (not isinstance(host, str) or not host.strip() or "/" in host):
+        problems.append("serving_router.worker_host: %r is not a host name or address (how the router reaches "
+                        "this host)" % (host,))
+    return problems
+
+
+def router_type(router):
+    """router_worker's router_type for serving_router: its type (sglang when unset), none for command (its
+    hooks take the instance out; router_worker only waits for the drain)."""
+    kind = (router.get("type") if isinstance(router, Mapping) else None) or DEFAULT_ROUTER
+    return "none" if kind == COMMAND else kind
+
+
+def worker_url(instance, router=None, serving_host="", address=""):
+    """The URL under which the router knows an instance: its own router.worker_url, else http://HOST:PORT with
+    HOST serving_router.worker_host, else serving_host when it names one address, else the inventory's
+    address (ansible_host, else the inventory name)."""
+    instance = instance if isinstance(instance, Mapping) else {}
+    own = (instance.get("router") or {}).get("worker_url") if isinstance(instance.get("router"), Mapping) else None
+    if own:
+        return str(own)
+    router = router if isinstance(router, Mapping) else {}
+    host = router.get("worker_host") or (serving_host if (serving_host or "") not in ANY_ADDRESS else "") or address
+    host = str(host or "")
+    if ":" in host and not host.startswith("["):
+        host = "[%s]" % host  # an IPv6 address in a URL
+    return "http://%s:%s" % (host, instance.get("port"))
+
+
+def _same_worker(listed, wanted):
+    """Whether a URL the router lists is this worker: router_worker's rule (module_utils/_router Router.find):
+    the same canonical URL, or one that differs only in spelling the loopback host."""
+    try:
+        one, other = _router.Url(str(listed), "listed url"), _router.Url(str(wanted), "worker_url")
+    except ValueError:
+        return False
+    return one.canonical == other.canonical or one.loopback_key == other.loopback_key
+
+
+def router_membership(listing, instances, router=None, serving_host="", address=""):
+    """Whether the router lists each instance of the host, and healthy: listing is router_worker's result
+    (its ``workers``: url and is_healthy of each), instances instances_plan's instances (each matched under
+    worker_url). Returns instance -> {listed, healthy, worker_url}; None when no listing was read (no router,
+    a command router, or the read was skipped)."""
+    if not isinstance(listing, Mapping) or not isinstance(listing.get("workers"), (list, tuple)):
+        return None
+    if not isinstance(instances, (list, tuple)):
+        raise PlanError("the instances must be instances_plan's instances (a list), got %s"
+                        % type(instances).__name__)
+    workers = [w for w in listing["workers"] if isinstance(w, Mapping)]
+    out = {}
+    for entry in instances:
+        if not isinstance(entry, Mapping) or entry.get("instance") is None:
+            continue
+        url = worker_url(entry, router, serving_host, address)
+        found = [w for w in workers if _same_worker(w.get("url"), url)]
+        out[entry["instance"]] = {"listed": bool(found), "healthy": any(w.get("is_healthy") is True for w in found),
+                                  "worker_url": url}
+    return out
+
+
 # ---- which instances a run takes through the switch ------------------------------------------
 
-SWITCH, RELABEL, KEEP = "switch", "relabel", "keep"
+SWITCH, RELABEL, KEEP, ADD = "switch", "relabel", "keep", "add"
 
 
-def converge_action(result):
+def converge_action(result, membership=None):
     """What inference_server's plan (check mode) says a converge call would do to one server: switch
     (stop what serves and start the variant, or start it where nothing serves), relabel (a server of
     this very configuration only takes the variant's name) or keep (it serves the variant, healthy).
-    The same rule as the role's serve_variant_switching / serve_variant_relabel."""
+    The same rule as the role's serve_variant_switching / serve_variant_relabel.
+    With membership ({listed, healthy}: what its router lists, None when no router is read), a server kept
+    that the router does not list healthy is add: put back into its router, nothing else changes."""
     result = result or {}
     outcome = result.get("outcome")
     if outcome == "relabelled":
         return RELABEL
-    if result.get("healthy") is False or (_flag(result.get("changed")) and outcome != "unchanged"):
+    # a check-mode plan's outcome is null when it plans a switch (inference_server's RETURN): read so, the plan
+    # reports no change of its own (changed_when false) and still says what the switch would do
+    planned = "outcome" in result and outcome is None
+    if planned or result.get("healthy") is False or (_flag(result.get("changed")) and outcome != "unchanged"):
         return SWITCH
+    if isinstance(membership, Mapping) and not (membership.get("listed") and membership.get("healthy")):
+        return ADD
     return KEEP
 
 
-def switch_plan(plan, plans, canary=False, bench_always=False, pick=None):
+def _absence(membership):
+    return "it was listed unhealthy" if (membership or {}).get("listed") else "it was not in its router"
+
+
+def _says(name, action, membership):
+    """One line of the plan for an instance, as the run shows it."""
+    if action == ADD:
+        return "%s: keep, %s: would add it back" % (name, _absence(membership)[7:])
+    return "%s: %s" % (name, action)
+
+
+def _added(name, membership, result):
+    """The line a run shows once it put an instance back into its router."""
+    result = result or {}
+    variant = (result.get("current") or {}).get("variant") or result.get("variant") or "?"
+    return "%s serves %s; %s: added back" % (name, variant, _absence(membership))
+
+
+def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, membership=None):
     """Which of the selected instances a run takes through the switch (out of the router, drained,
     switched, back in), in which batches, and, in a rollout's canary batch, which one is the canary.
 
@@ -344,6 +489,10 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None):
     serving_max_unavailable that keep serving_min_available in service), canary, first, rest, switches
     (whether any instance switches or is relabelled), pick and pick_entry (the instance entry of pick),
     result and bench (pick's), so that the rollout's host plan reads one instance as it reads one server.
+    membership: instance -> {listed, healthy} (router_membership; None: no router listing read). An instance
+    that keeps its server but is not listed healthy is add: it goes back into its router before any batch
+    (adding), and is not taken out. says: one line per selected instance; added: instance -> the line once it
+    is back ("r0 serves v1; it was not in its router: added back").
     """
     if not isinstance(plan, Mapping) or "instances" not in plan:
         raise PlanError("switch_plan needs instances_plan's result, got %r" % (plan,))
@@ -355,9 +504,11 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None):
     missing = [name for name in selected if name not in plans]
     if missing:
         raise PlanError("no plan for instance(s) %s: plan every selected instance first" % _join(missing))
-    actions = dict((name, converge_action(plans[name].get("result"))) for name in selected)
-    changing = [name for name in selected if actions[name] != KEEP]
+    membership = membership if isinstance(membership, Mapping) else {}
+    actions = dict((name, converge_action(plans[name].get("result"), membership.get(name))) for name in selected)
+    changing = [name for name in selected if actions[name] not in (KEEP, ADD)]
     switching = selected if _flag(bench_always) else changing
+    adding = [name for name in selected if actions[name] == ADD and name not in switching]
     declared = [entry["instance"] for entry in plan["instances"]]
     batches = _batches(switching, declared, plan["max_unavailable"], plan["min_available"])
     first_switch = next((name for name in selected if actions[name] == SWITCH), None)
@@ -371,7 +522,9 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None):
             "batches": batches, "canary": the_canary, "first": first,
             "rest": [name for name in switching if name not in first], "switches": bool(changing),
             "pick": pick, "pick_entry": entries.get(pick), "result": chosen.get("result") or {},
-            "bench": _flag(chosen.get("bench"))}
+            "bench": _flag(chosen.get("bench")), "adding": adding,
+            "added": dict((name, _added(name, membership.get(name), plans[name].get("result"))) for name in adding),
+            "says": [_says(name, actions[name], membership.get(name)) for name in selected]}
 
 
 # ---- does a variant fit an instance -----------------------------------------------------------

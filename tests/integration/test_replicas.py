@@ -420,3 +420,111 @@ def test_a_slower_canary_instance_is_rolled_back_and_the_other_replicas_are_not_
     assert after["r0"] != before["r0"], "the canary instance was switched, then rolled back"
     assert dict((n, after[n]) for n in NAMES[1:]) == dict((n, before[n]) for n in NAMES[1:])
     assert listed(router.url) == dict((url, True) for url in host.urls())
+
+
+# ---- router membership is converged state (issue 34, item 4) -------------------------------------------
+
+def two_behind(router, replicas):
+    """r0 and r1 serving v1, both listed healthy by the router."""
+    host = replicas(router_url=router.url, names=("r0", "r1"))
+    run = host.play("v1")
+    assert run.rc == 0, run.stdout[-4000:]
+    wait_listed(router.url, host.urls())
+    return host
+
+
+def wait_listed(router_url, urls, timeout=30):
+    want = dict((url, True) for url in urls)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and listed(router_url) != want:
+        time.sleep(0.2)
+    assert listed(router_url) == want
+
+
+def unlist(router_url, url):
+    """Take a worker out of the router behind the run's back (a controller killed after step 1 leaves this)."""
+    for worker in json.loads(urllib.request.urlopen(router_url + "/workers", timeout=5).read())["workers"]:
+        if worker["url"].rstrip("/") == url:
+            urllib.request.urlopen(urllib.request.Request(router_url + "/workers/" + worker["id"], method="DELETE"),
+                                   timeout=5).read()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and url in listed(router_url):
+        time.sleep(0.1)
+    assert url not in listed(router_url)
+
+
+def test_a_replica_left_out_of_its_router_is_added_back_by_a_rerun_of_what_serves(router, replicas):
+    host = two_behind(router, replicas)
+    before = host.pids()
+    r0 = "http://127.0.0.1:%d" % host.ports["r0"]
+    unlist(router.url, r0)
+    planned = host.play("v1", check=True)
+    assert planned.rc == 0, planned.stdout[-3000:]
+    assert "r0: keep, not in its router: would add it back" in flat(planned.stdout), planned.stdout[-3000:]
+    assert r0 not in listed(router.url), "check mode adds nothing"
+    with Load(router.url) as load:
+        run = host.play("v1")
+    print("unlisted r0, re-run of v1: requests sent %d, failed %d; rc %d, changed=%d"
+          % (load.sent, load.failed, run.rc, run.recap()["changed"]))
+    assert run.rc == 0, run.stdout[-4000:]
+    assert "r0 serves v1; it was not in its router: added back" in run.stdout, run.stdout[-3000:]
+    assert run.recap()["changed"] == 1
+    assert listed(router.url) == dict((url, True) for url in host.urls())
+    assert host.pids() == before and load.failed == 0, load.errors[:5]
+    again = host.play("v1")
+    assert again.rc == 0 and again.recap()["changed"] == 0, again.stdout[-3000:]
+
+
+def test_a_router_restarted_empty_is_repopulated_by_one_run(router, replicas, tmp_path):
+    host = two_behind(router, replicas)
+    before = host.pids()
+    router.stop()
+    restarted = sglang_router.start(tmp_path / "router2.log", port=router.port)
+    try:
+        assert listed(restarted.url) == {}
+        run = host.play("v1")
+        print("router restarted empty, re-run of v1: rc %d, changed=%d" % (run.rc, run.recap()["changed"]))
+        assert run.rc == 0, run.stdout[-4000:]
+        assert run.recap()["changed"] == 1, "one task put both back"
+        assert "r0 serves v1; it was not in its router: added back" in run.stdout
+        assert "r1 serves v1; it was not in its router: added back" in run.stdout
+        assert listed(restarted.url) == dict((url, True) for url in host.urls())
+        with Load(restarted.url) as load:
+            time.sleep(2)
+        print("after the run: requests sent %d, failed %d" % (load.sent, load.failed))
+        assert host.pids() == before and load.sent > 10 and load.failed == 0, load.errors[:5]
+    finally:
+        restarted.stop()
+
+
+def test_a_run_refused_because_the_router_is_down_changes_nothing_and_says_so(router, replicas):
+    host = two_behind(router, replicas)
+    before = host.pids()
+    router.stop()
+    run = host.play("v2")
+    print("router down, switch to v2: rc %d, changed=%d" % (run.rc, run.recap()["changed"]))
+    assert run.rc != 0
+    assert run.recap()["changed"] == 0, run.stdout[-3000:]
+    assert "router http://127.0.0.1:%d" % router.port in run.stdout, run.stdout[-3000:]
+    assert host.pids() == before and host.variants() == {"r0": "v1", "r1": "v1"}
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"serving_router": {"type": "sglang", "url": "ftp://x"}}, "serving_router.url: 'ftp://x' is not an http(s) URL"),
+    ({"serving_router": {"type": "nginx", "url": "http://127.0.0.1:9"}},
+     "serving_router.type: 'nginx' is not a router type; allowed: sglang, command"),
+    ({"serving_router": {"url": "http://127.0.0.1:9"}, "serving_drain_timeout": -1},
+     "serving_drain_timeout: -1 must be a number of seconds above 0"),
+    ({"serving_max_unavailable": 0}, "max_unavailable (serving_max_unavailable) must be an integer >= 1, got 0"),
+])
+def test_bad_router_settings_are_refused_at_plan_time_in_the_inventorys_words(replicas, settings, words):
+    host = replicas(names=("r0", "r1"))
+    host.write(**settings)
+    run = host.play("v1")
+    print("%s: rc %d, changed=%d" % (words, run.rc, run.recap()["changed"]))
+    assert run.rc != 0
+    assert words in flat(run.stdout), run.stdout[-3000:]
+    assert "Finalization of task args" not in run.stdout and "filter plugin" not in run.stdout
+    assert run.recap()["changed"] == 0
+    assert not [r for r in run.results("inference_server") if r["status"] != "skipped"], "refused before any module"
+    assert engine_pids(host) == [] and host.pids() == {"r0": None, "r1": None}

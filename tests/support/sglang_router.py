@@ -106,13 +106,14 @@ class Router(object):
         self.stop()
 
 
-def start(log, worker_urls=(), api_key=None, extra=(), timeout=30.0, host="127.0.0.1"):
+def start(log, worker_urls=(), api_key=None, extra=(), timeout=30.0, host="127.0.0.1", port=None):
     """Start the router on a free port of host (loopback by default; 0.0.0.0 for hosts in other network
-    namespaces), with worker_urls (none by default), and wait until it answers GET /workers on loopback.
+    namespaces), or on ``port`` (a restart where a stopped router served), with worker_urls (none by
+    default), and wait until it answers GET /workers on loopback.
     Returns a Router; raises RuntimeError (with its log's tail) when it does not come up."""
     if not available():
         raise RuntimeError("no sglang-router in %s: run `make router-env`" % VENV)
-    port, prometheus_port = free_port(), free_port()
+    port, prometheus_port = port or free_port(), free_port()
     argv = [PYTHON, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port)] + FLAGS
     if worker_urls:

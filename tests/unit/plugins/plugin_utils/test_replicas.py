@@ -618,3 +618,134 @@ def test_switch_plan_refuses_what_is_not_a_plan(plan, plans, why):
 def test_switch_plan_refuses_plans_that_are_not_a_dict():
     with pytest.raises(rp.PlanError, match="must be a dict of instance"):
         rp.switch_plan(four(), ["r0"])
+
+
+# ---- the router before the instances, and router membership as converged state (issue 34) ----------------
+
+@pytest.mark.parametrize("router, drain_timeout, why", [
+    ({"type": "sglang", "url": "ftp://x"}, None, "serving_router.url: 'ftp://x' is not an http(s) URL"),
+    ({"url": "router:30080"}, None, "serving_router.url: 'router:30080' is not an http(s) URL"),
+    ({"type": "sglang"}, None, "serving_router.url: type sglang needs the router's URL"),
+    ({"type": "nginx", "url": "http://r:1"}, None, "serving_router.type: 'nginx' is not a router type; allowed: "
+                                                   "sglang, command"),
+    ({"type": "none", "url": "http://r:1"}, None, "serving_router.type: 'none' is not a router type"),
+    ({"type": "command", "remove": [], "add": ["lb", "add"]}, None, "serving_router.remove: type command needs"),
+    ({"type": "command", "remove": ["lb"], "add": "lb add"}, None, "serving_router.add: type command needs"),
+    ({"url": "http://r:1", "api_key": 1234}, None, "serving_router.api_key must be a string"),
+    ({"url": "http://r:1", "worker_host": "http://x/"}, None, "serving_router.worker_host: 'http://x/' is not"),
+    ("http://r:1", None, "serving_router must be a dict"),
+    ({"url": "http://r:1"}, -1, "serving_drain_timeout: -1 must be a number of seconds above 0"),
+    ({"url": "http://r:1"}, 0, "serving_drain_timeout: 0 must be a number of seconds above 0"),
+    ({"url": "http://r:1"}, "soon", "serving_drain_timeout: soon must be"),
+    (None, True, "serving_drain_timeout: True must be"),
+])
+def test_router_settings_are_refused_in_the_inventorys_words(router, drain_timeout, why):
+    problems = rp.router_problems(router, drain_timeout)
+    assert len(problems) == 1 and problems[0].startswith(why), problems
+    refused(FOUR, why, router=router, drain_timeout=drain_timeout)
+
+
+def test_a_router_key_is_never_echoed():
+    assert "s3cret" not in " ".join(rp.router_problems({"url": "ftp://x", "api_key": ["s3cret"]}))
+
+
+@pytest.mark.parametrize("router, drain_timeout", [
+    (None, None), ({}, None), ({"url": "http://r:30080"}, 60), ({"type": "sglang", "url": "https://r/prefix"}, "0.5"),
+    ({"type": "command", "remove": ["lb", "rm", "{url}"], "add": ["lb", "add", "{url}"]}, 1),
+    ({"url": "http://r:1", "api_key": "", "worker_host": "10.0.0.5"}, None),
+])
+def test_good_router_settings_pass(router, drain_timeout):
+    assert rp.router_problems(router, drain_timeout) == []
+    assert plan(FOUR, router=router, drain_timeout=drain_timeout)["replicated"] is True
+
+
+def test_the_router_types_are_router_workers_own_and_command():
+    from ansible_collections.inferops.serving.plugins.module_utils import _router
+    assert rp.ROUTER_TYPES == tuple(t for t in _router.ROUTER_TYPES if t != "none") + ("command",)
+
+
+@pytest.mark.parametrize("router, kind", [
+    (None, "sglang"), ({}, "sglang"), ({"url": "http://r:1"}, "sglang"), ({"type": "sglang"}, "sglang"),
+    ({"type": "command"}, "none"),
+])
+def test_router_type_is_what_router_worker_gets(router, kind):
+    assert rp.router_type(router) == kind
+
+
+R0 = {"instance": "r0", "port": 30000, "router": None}
+
+
+@pytest.mark.parametrize("instance, router, serving_host, address, url", [
+    (R0, {}, "", "gpu7", "http://gpu7:30000"),
+    (R0, {}, "10.0.0.5", "gpu7", "http://10.0.0.5:30000"),
+    (R0, {}, "0.0.0.0", "gpu7", "http://gpu7:30000"),
+    (R0, {}, "::", "gpu7", "http://gpu7:30000"),
+    (R0, {"worker_host": "10.1.1.1"}, "10.0.0.5", "gpu7", "http://10.1.1.1:30000"),
+    (R0, None, "", "fd00::7", "http://[fd00::7]:30000"),
+    (dict(R0, router={"worker_url": "http://lb-side:9"}), {"worker_host": "x"}, "", "gpu7", "http://lb-side:9"),
+])
+def test_the_worker_url_of_an_instance(instance, router, serving_host, address, url):
+    assert rp.worker_url(instance, router, serving_host, address) == url
+
+
+TWO = [dict(R0, selected=True), {"instance": "r1", "port": 30001, "router": None, "selected": True}]
+
+
+def test_membership_matches_each_instance_as_router_worker_does():
+    listing = {"workers": [{"url": "http://LOCALHOST:30000/", "is_healthy": True},
+                           {"url": "http://127.0.0.1:30002", "is_healthy": True}]}
+    out = rp.router_membership(listing, TWO, {}, "127.0.0.1", "h")
+    assert out == {"r0": {"listed": True, "healthy": True, "worker_url": "http://127.0.0.1:30000"},
+                   "r1": {"listed": False, "healthy": False, "worker_url": "http://127.0.0.1:30001"}}
+    unhealthy = rp.router_membership({"workers": [{"url": "http://127.0.0.1:30001", "is_healthy": False}]}, TWO,
+                                     None, "127.0.0.1")
+    assert unhealthy["r1"] == {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:30001"}
+
+
+@pytest.mark.parametrize("listing", [None, {}, {"skipped": True, "changed": False}, "text"])
+def test_no_listing_read_is_no_membership(listing):
+    assert rp.router_membership(listing, TWO) is None
+
+
+def test_membership_refuses_instances_that_are_not_a_list():
+    with pytest.raises(rp.PlanError, match="instances_plan's instances"):
+        rp.router_membership({"workers": []}, {"r0": 1})
+
+
+@pytest.mark.parametrize("membership, action", [
+    (None, "keep"), ({"listed": True, "healthy": True}, "keep"),
+    ({"listed": False, "healthy": False}, "add"), ({"listed": True, "healthy": False}, "add"),
+])
+def test_a_kept_server_its_router_does_not_list_healthy_is_added(membership, action):
+    assert rp.converge_action(KEEP_RESULT, membership) == action
+    assert rp.converge_action(switching(), membership) == "switch", "a switch puts it back anyway"
+
+
+def test_a_check_mode_plan_of_a_switch_has_a_null_outcome_and_reports_no_change():
+    assert rp.converge_action({"changed": False, "outcome": None, "healthy": None}) == "switch"
+    assert rp.converge_action({"changed": False}) == "keep"
+
+
+def test_instances_not_listed_go_back_into_their_router_and_are_never_taken_out():
+    plans = {"r0": {"result": KEEP_RESULT}, "r1": {"result": switching()}, "r2": {"result": KEEP_RESULT},
+             "r3": {"result": KEEP_RESULT}}
+    membership = {"r0": {"listed": False, "healthy": False}, "r1": {"listed": False, "healthy": False},
+                  "r2": {"listed": True, "healthy": False}, "r3": {"listed": True, "healthy": True}}
+    out = rp.switch_plan(four(), plans, membership=membership)
+    assert out["actions"] == {"r0": "add", "r1": "switch", "r2": "add", "r3": "keep"}
+    assert out["adding"] == ["r0", "r2"] and out["switching"] == ["r1"] and out["batches"] == [["r1"]]
+    assert out["switches"] is True
+    assert out["says"] == ["r0: keep, not in its router: would add it back", "r1: switch",
+                           "r2: keep, listed unhealthy: would add it back", "r3: keep"]
+    assert out["added"] == {"r0": "r0 serves v2; it was not in its router: added back",
+                            "r2": "r2 serves v2; it was listed unhealthy: added back"}
+
+
+def test_a_converged_host_whose_router_lost_its_list_changes_nothing_but_the_router():
+    plans = dict(("r%d" % i, {"result": KEEP_RESULT}) for i in range(4))
+    gone = dict(("r%d" % i, {"listed": False, "healthy": False}) for i in range(4))
+    out = rp.switch_plan(four(), plans, membership=gone)
+    assert out["adding"] == ["r0", "r1", "r2", "r3"] and out["batches"] == [] and out["switches"] is False
+    measured = rp.switch_plan(four(), plans, bench_always=True, membership=gone)
+    assert measured["adding"] == [] and measured["switching"] == ["r0", "r1", "r2", "r3"], "out and in anyway"
+    assert rp.switch_plan(four(), plans)["adding"] == [], "no listing read: nothing to add"

@@ -1,0 +1,43 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One instance and its router (serving_router), each a pure function of plugin_utils/_replicas:
+converge_action, worker_url, router_type and router_membership."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.inferops.serving.plugins.plugin_utils import _replicas
+
+
+def _call(name, func, *args):
+    try:
+        return func(*args)
+    except (_replicas.PlanError, AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%s: %s" % (name, exc))
+
+
+def converge_action(result, membership=None):
+    """What a converge call does to one server, from its plan or result: switch, relabel, keep (or add)."""
+    return _call("converge_action", _replicas.converge_action, result, membership)
+
+
+def worker_url(instance, router=None, serving_host="", address=""):
+    """The URL under which the router knows one instance."""
+    return _call("worker_url", _replicas.worker_url, instance, router, serving_host, address)
+
+
+def router_type(router):
+    """router_worker's router_type for serving_router (none for a command router)."""
+    return _call("router_type", _replicas.router_type, router)
+
+
+def router_membership(listing, instances, router=None, serving_host="", address=""):
+    """Instance -> {listed, healthy, worker_url}, from the router's listing (None when none was read)."""
+    return _call("router_membership", _replicas.router_membership, listing, instances, router, serving_host, address)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"converge_action": converge_action, "worker_url": worker_url, "router_type": router_type, "router_membership": router_membership}
