@@ -2,7 +2,7 @@
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One instance and its router (serving_router), each a pure function of plugin_utils/_replicas:
-converge_action, worker_url, router_type and router_membership."""
+converge_action, worker_url, router_type, router_membership and replicas_summary."""
 
 from __future__ import annotations
 
@@ -38,6 +38,12 @@ def router_membership(listing, instances, router=None, serving_host="", address=
     return _call("router_membership", _replicas.router_membership, listing, instances, router, serving_host, address)
 
 
+def replicas_summary(switch_plan, results=None, listed=None, failed=None, host=""):
+    """How each selected instance ended (the module's outcome and words) and whether its router lists it."""
+    return _call("replicas_summary", _replicas.replicas_summary, switch_plan, results, listed, failed, host)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"converge_action": converge_action, "worker_url": worker_url, "router_type": router_type, "router_membership": router_membership}
+        return {"converge_action": converge_action, "worker_url": worker_url, "router_type": router_type, "router_membership": router_membership,
+                "replicas_summary": replicas_summary}

@@ -465,11 +465,15 @@ def _says(name, action, membership):
     return "%s: %s" % (name, action)
 
 
+def _serves(result):
+    """The variant a plan found serving (its current record), else the one it plans."""
+    result = result or {}
+    return (result.get("current") or {}).get("variant") or result.get("variant")
+
+
 def _added(name, membership, result):
     """The line a run shows once it put an instance back into its router."""
-    result = result or {}
-    variant = (result.get("current") or {}).get("variant") or result.get("variant") or "?"
-    return "%s serves %s; %s: added back" % (name, variant, _absence(membership))
+    return "%s serves %s; %s: added back" % (name, _serves(result) or "?", _absence(membership))
 
 
 def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, membership=None):
@@ -524,6 +528,8 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, member
             "pick": pick, "pick_entry": entries.get(pick), "result": chosen.get("result") or {},
             "bench": _flag(chosen.get("bench")), "adding": adding,
             "added": dict((name, _added(name, membership.get(name), plans[name].get("result"))) for name in adding),
+            "membership": dict((name, dict(membership[name], variant=_serves(plans[name].get("result"))))
+                               for name in selected if name in membership),
             "says": [_says(name, actions[name], membership.get(name)) for name in selected]}
 
 
@@ -735,3 +741,74 @@ def hook_argv(argv, instance, url, host=""):
                 arg = arg.replace(field, values[field])
         out.append(arg)
     return out
+
+
+# ---- how each instance ended: one vocabulary with the module's ------------------------------------------
+
+# inference_server's failure outcomes and their words (its RETURN: outcome, outcome_msg), used when a result
+# carries the outcome but not the phrase (a failure before the module ran is nothing_stopped)
+OUTCOME_WORDS = {"nothing_stopped": "nothing was stopped", "rolled_back": "ROLLED BACK: %s serves again",
+                 "restore_failed": "RESTORE FAILED: nothing serves"}
+
+
+def _words(outcome, msg, previous):
+    if msg:
+        return str(msg)
+    if outcome == "rolled_back":
+        return OUTCOME_WORDS[outcome] % (previous or "what served before")
+    return OUTCOME_WORDS.get(outcome, "")
+
+
+def _router_words(listed):
+    if listed is None:
+        return "its router was not read"
+    return "listed in its router" if listed else "NOT in its router"
+
+
+def replicas_summary(switch_plan, results=None, listed=None, failed=None, host=""):
+    """How each selected instance ended, in the module's own words, and whether its router lists it.
+
+    switch_plan: replica_switch_plan's dict (actions, adding, and the plans' membership in says); results:
+    instance -> what replica.yml kept of its converge result (outcome, variant, pid; outcome_msg and previous
+    on failure); listed: instance -> whether its router listed it after it was put back; failed: {instance,
+    outcome, outcome_msg, previous} of the instance whose step failed (nothing_stopped when no module outcome
+    tells, as a failure before the switch stops nothing). Returns {lines: one per instance, instances:
+    instance -> {outcome, words, variant, listed}}."""
+    switch_plan = switch_plan if isinstance(switch_plan, Mapping) else {}
+    results = results if isinstance(results, Mapping) else {}
+    listed = listed if isinstance(listed, Mapping) else {}
+    failed = failed if isinstance(failed, Mapping) else {}
+    actions = switch_plan.get("actions") or {}
+    membership = switch_plan.get("membership") or {}
+    lines, out = [], {}
+    for name in sorted(actions):
+        result = dict(results.get(name) or {})
+        if failed.get("instance") == name:
+            result.update((key, value) for key, value in failed.items() if value is not None)
+            result["outcome"] = result.get("outcome") if result.get("outcome") in OUTCOME_WORDS else "nothing_stopped"
+        if result.get("outcome"):
+            outcome = result["outcome"]
+        elif actions[name] in (KEEP, ADD):
+            outcome = "unchanged"
+        else:
+            outcome = None  # a batch before it failed: never touched
+        if name in listed:
+            is_listed = listed[name]
+        elif name in membership:
+            is_listed = bool(membership[name].get("listed") and membership[name].get("healthy")) or (
+                name in (switch_plan.get("adding") or []) and not failed)
+        else:
+            is_listed = None
+        variant = result.get("variant") or membership.get(name, {}).get("variant")
+        words = _words(outcome, result.get("outcome_msg"), result.get("previous"))
+        if outcome is None and name in results:
+            line = "%s: would switch to %s; %s" % (name, variant or "?", _router_words(is_listed))  # check mode
+        elif outcome is None:
+            line = "%s: not switched (a batch before it failed); %s" % (name, _router_words(is_listed))
+        else:
+            line = "%s: %s%s%s; %s" % (name, outcome, (": " + words) if words else "",
+                                       (", serves %s" % variant) if variant and outcome not in OUTCOME_WORDS else "",
+                                       _router_words(is_listed))
+        lines.append(("%s %s" % (host, line)) if host else line)
+        out[name] = {"outcome": outcome, "words": words, "variant": variant, "listed": is_listed}
+    return {"lines": lines, "instances": out}

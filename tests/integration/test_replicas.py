@@ -195,6 +195,8 @@ def test_a_replica_whose_variant_crashes_is_rolled_back_and_readded(router, repl
         time.sleep(1)
     assert run.rc != 0
     assert "ROLLED BACK" in run.stdout, run.stdout[-4000:]
+    assert "r0: rolled_back: ROLLED BACK: v1 serves again" in flat(run.stdout), run.stdout[-4000:]
+    assert "r1: not switched (a batch before it failed); listed in its router" in flat(run.stdout)
     assert load.failed == 0, load.errors[:5]
     # r0 failed and serves v1 again; the others were left alone (the batch after a failure is not started)
     assert host.variants() == dict((name, "v1") for name in NAMES)
@@ -488,6 +490,7 @@ def test_a_router_restarted_empty_is_repopulated_by_one_run(router, replicas, tm
         assert run.recap()["changed"] == 1, "one task put both back"
         assert "r0 serves v1; it was not in its router: added back" in run.stdout
         assert "r1 serves v1; it was not in its router: added back" in run.stdout
+        assert "localhost r1: unchanged, serves v1; listed in its router" in run.stdout, "the host's summary"
         assert listed(restarted.url) == dict((url, True) for url in host.urls())
         with Load(restarted.url) as load:
             time.sleep(2)

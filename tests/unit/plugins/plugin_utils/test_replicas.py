@@ -749,3 +749,32 @@ def test_a_converged_host_whose_router_lost_its_list_changes_nothing_but_the_rou
     measured = rp.switch_plan(four(), plans, bench_always=True, membership=gone)
     assert measured["adding"] == [] and measured["switching"] == ["r0", "r1", "r2", "r3"], "out and in anyway"
     assert rp.switch_plan(four(), plans)["adding"] == [], "no listing read: nothing to add"
+
+
+def test_the_summary_says_each_instances_outcome_in_the_modules_words_and_whether_it_is_listed():
+    plans = {"r0": {"result": KEEP_RESULT}, "r1": {"result": switching()}, "r2": {"result": switching()},
+             "r3": {"result": KEEP_RESULT}}
+    membership = dict((n, {"listed": True, "healthy": True}) for n in ("r1", "r2", "r3"))
+    membership["r0"] = {"listed": False, "healthy": False}
+    plan = rp.switch_plan(four(), plans, membership=membership)
+    results = {"r1": {"outcome": "ready", "variant": "v1", "pid": 7}}
+    out = rp.replicas_summary(plan, results, {"r1": True}, None, "h")
+    assert out["lines"] == ["h r0: unchanged, serves v2; listed in its router",
+                            "h r1: ready, serves v1; listed in its router",
+                            "h r2: not switched (a batch before it failed); listed in its router",
+                            "h r3: unchanged, serves v2; listed in its router"]
+    rolled = rp.replicas_summary(plan, {}, {"r1": True}, {"instance": "r1", "outcome": "rolled_back", "previous": "v2"})
+    assert rolled["lines"][1] == "r1: rolled_back: ROLLED BACK: v2 serves again; listed in its router"
+    refused = rp.replicas_summary(plan, {}, {}, {"instance": "r1", "outcome": None})
+    assert refused["instances"]["r1"] == {"outcome": "nothing_stopped", "words": "nothing was stopped",
+                                          "variant": "v1", "listed": True}, "what it served before, still listed"
+    lost = rp.replicas_summary(plan, {}, {"r1": False}, {"instance": "r1", "outcome": "restore_failed",
+                                                          "outcome_msg": "RESTORE FAILED: nothing serves"})
+    assert lost["lines"][1] == "r1: restore_failed: RESTORE FAILED: nothing serves; NOT in its router"
+    assert lost["lines"][0] == "r0: unchanged, serves v2; NOT in its router", "a failed run added nothing back"
+
+
+def test_the_summary_of_a_check_mode_run_says_what_would_switch():
+    plan = rp.switch_plan(four("r0"), {"r0": {"result": switching()}})
+    out = rp.replicas_summary(plan, {"r0": {"outcome": None, "variant": "v1"}})
+    assert out["lines"] == ["r0: would switch to v1; its router was not read"]
