@@ -531,3 +531,24 @@ def test_bad_router_settings_are_refused_at_plan_time_in_the_inventorys_words(re
     assert run.recap()["changed"] == 0
     assert not [r for r in run.results("inference_server") if r["status"] != "skipped"], "refused before any module"
     assert engine_pids(host) == [] and host.pids() == {"r0": None, "r1": None}
+
+
+def test_bench_through_a_router_with_a_key_uses_serving_router_api_key(replicas, tmp_path):
+    if not sglang_router.available():
+        pytest.skip("the real sglang-router is not installed (make router-env builds build/router-venv)")
+    keyed = sglang_router.start(tmp_path / "keyed.log", api_key="router-s3cret")
+    try:
+        host = replicas(router_url=keyed.url, names=("r0",))
+        bench = {"concurrency": [1], "requests_per_level": 2, "input_tokens": 8, "output_tokens": 8, "warmup": 0}
+        host.write(serving_router={"type": "sglang", "url": keyed.url, "api_key": "router-s3cret"},
+                   serving_bench=bench)
+        assert host.play("v1").rc == 0
+        run = host.play(None, playbook=os.path.join(ROOT, "playbooks", "bench.yml"))
+        print("bench through a keyed router: rc %d" % run.rc)
+        assert run.rc == 0, run.stdout[-4000:]
+        measured = [(level["labels"].get("instance"), level["completed"]) for rec in run.results("async_status")
+                    if "results" in rec["result"] for level in rec["result"]["results"]]
+        assert measured == [("r0", 2), ("router", 2)]
+        assert "router-s3cret" not in run.stdout
+    finally:
+        keyed.stop()
