@@ -2,7 +2,8 @@
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One instance and its router (serving_router), each a pure function of plugin_utils/_replicas:
-converge_action, worker_url, router_type, router_membership and replicas_summary."""
+converge_action, worker_url, router_type, router_membership, replicas_summary,
+converge_result and bench_now."""
 
 from __future__ import annotations
 
@@ -43,7 +44,17 @@ def replicas_summary(switch_plan, results=None, listed=None, failed=None, host="
     return _call("replicas_summary", _replicas.replicas_summary, switch_plan, results, listed, failed, host)
 
 
+def converge_result(first, job=None, plan=None):
+    """One converge's result: the first call joined by the wait of a loading model, else the plan."""
+    return _call("converge_result", _replicas.converge_result, first, job, plan)
+
+
+def bench_now(mode, switching, enabled=True, bench=None, check_mode=False):
+    """Whether a run benchmarks what it served (bench=always|never|auto)."""
+    return _call("bench_now", _replicas.bench_now, mode, switching, enabled, bench, check_mode)
+
+
 class FilterModule(object):
     def filters(self):
         return {"converge_action": converge_action, "worker_url": worker_url, "router_type": router_type, "router_membership": router_membership,
-                "replicas_summary": replicas_summary}
+                "replicas_summary": replicas_summary, "converge_result": converge_result, "bench_now": bench_now}

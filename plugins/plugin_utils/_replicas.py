@@ -812,3 +812,34 @@ def replicas_summary(switch_plan, results=None, listed=None, failed=None, host="
         lines.append(("%s %s" % (host, line)) if host else line)
         out[name] = {"outcome": outcome, "words": words, "variant": variant, "listed": is_listed}
     return {"lines": lines, "instances": out}
+
+
+# ---- one server's converge: its result and whether it is measured ------------------------------------------
+
+def _ran(result):
+    """A registered result that ran (not undefined, not skipped)."""
+    return isinstance(result, Mapping) and bool(result) and not _flag(result.get("skipped"))
+
+
+def converge_result(first, job=None, plan=None):
+    """The result of one converge through the inference_server role: its first module call (first), joined by
+    the background wait (job, async_status's) when the model was still loading, else the check-mode plan.
+
+    A first call that left the model loading takes what the wait found, once it finished and did not fail:
+    healthy, loading, ready_s and what the engine resolved. A first call that did not run gives the plan
+    ({} when neither ran)."""
+    if not _ran(first):
+        return dict(plan) if _ran(plan) else {}
+    out = dict(first)
+    if _flag(first.get("loading")) and _ran(job) and _flag(job.get("finished")) and not _flag(job.get("failed")):
+        out.update(healthy=job.get("healthy"), loading=job.get("loading"), ready_s=job.get("ready_s"),
+                   resolved=job.get("resolved"))
+    return out
+
+
+def bench_now(mode, switching, enabled=True, bench=None, check_mode=False):
+    """Whether a run benchmarks what it served: never in check mode, nor with serving_bench_enabled false or no
+    serving_bench settings; bench=never never, always always, auto (any other) only after a switch."""
+    if _flag(check_mode) or not _flag(enabled) or not bench or mode == "never":
+        return False
+    return mode == "always" or _flag(switching)

@@ -778,3 +778,34 @@ def test_the_summary_of_a_check_mode_run_says_what_would_switch():
     plan = rp.switch_plan(four("r0"), {"r0": {"result": switching()}})
     out = rp.replicas_summary(plan, {"r0": {"outcome": None, "variant": "v1"}})
     assert out["lines"] == ["r0: would switch to v1; its router was not read"]
+
+
+FIRST = {"changed": True, "outcome": "loading", "loading": True, "healthy": None, "ready_s": None, "pid": 7}
+JOB = {"finished": 1, "healthy": True, "loading": False, "ready_s": 3.5, "resolved": {"digest": "d"}, "pid": 9}
+
+
+@pytest.mark.parametrize("first, job, plan, wanted", [
+    (FIRST, JOB, None, dict(FIRST, healthy=True, loading=False, ready_s=3.5, resolved={"digest": "d"})),
+    (FIRST, dict(JOB, finished=0), None, FIRST),
+    (FIRST, dict(JOB, failed=True), None, FIRST),
+    (FIRST, {"skipped": True}, None, FIRST),
+    (dict(FIRST, loading=False), JOB, None, dict(FIRST, loading=False)),
+    ({"skipped": True, "changed": False}, None, {"outcome": None, "changed": False}, {"outcome": None, "changed": False}),
+    (None, None, {"outcome": "unchanged"}, {"outcome": "unchanged"}),
+    (None, None, None, {}),
+])
+def test_the_converge_result_is_the_first_call_joined_by_the_wait_else_the_plan(first, job, plan, wanted):
+    assert rp.converge_result(first, job, plan) == wanted
+
+
+@pytest.mark.parametrize("mode, switching, enabled, bench, check_mode, wanted", [
+    ("auto", True, True, {"concurrency": [1]}, False, True),
+    ("auto", False, True, {"concurrency": [1]}, False, False),
+    ("always", False, True, {"concurrency": [1]}, False, True),
+    ("never", True, True, {"concurrency": [1]}, False, False),
+    ("always", True, "false", {"concurrency": [1]}, False, False),
+    ("always", True, True, {}, False, False),
+    ("always", True, True, {"concurrency": [1]}, True, False),
+])
+def test_bench_now(mode, switching, enabled, bench, check_mode, wanted):
+    assert rp.bench_now(mode, switching, enabled, bench, check_mode) is wanted
