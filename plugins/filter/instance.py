@@ -3,13 +3,14 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One instance and its router (serving_router), each a pure function of plugin_utils/_replicas:
 converge_action, worker_url, router_type, router_membership, replicas_summary,
-converge_result and bench_now."""
+converge_result, bench_now and gpu_check_params; and
+name_list of plugin_utils/_variants."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _replicas
+from ansible_collections.inferops.serving.plugins.plugin_utils import _replicas, _variants
 
 
 def _call(name, func, *args):
@@ -54,7 +55,19 @@ def bench_now(mode, switching, enabled=True, bench=None, check_mode=False):
     return _call("bench_now", _replicas.bench_now, mode, switching, enabled, bench, check_mode)
 
 
+def gpu_check_params(instance, host_check):
+    """The gpu_check of the server in scope: the instance's, else the host's without whole_host."""
+    return _call("gpu_check_params", _replicas.gpu_check_params, instance, host_check)
+
+
+def name_list(value):
+    """Variant names from a list or a comma-separated string (-e variants=a,b), trimmed, empty ones left out."""
+    return _variants.name_list(value)
+
+
 class FilterModule(object):
     def filters(self):
         return {"converge_action": converge_action, "worker_url": worker_url, "router_type": router_type, "router_membership": router_membership,
-                "replicas_summary": replicas_summary, "converge_result": converge_result, "bench_now": bench_now}
+                "replicas_summary": replicas_summary, "converge_result": converge_result, "bench_now": bench_now,
+                "gpu_check_params": gpu_check_params,
+                "name_list": name_list}

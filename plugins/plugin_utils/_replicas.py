@@ -843,3 +843,12 @@ def bench_now(mode, switching, enabled=True, bench=None, check_mode=False):
     if _flag(check_mode) or not _flag(enabled) or not bench or mode == "never":
         return False
     return mode == "always" or _flag(switching)
+
+
+def gpu_check_params(instance, host_check):
+    """inference_server's gpu_check for the server in scope: an instance's own (instances_plan made it from the
+    host's), else the host's serving_gpu_check without whole_host (a setting of instances_plan, never passed on:
+    a host's only server checks every GPU anyway)."""
+    if isinstance(instance, Mapping) and instance.get("gpu_check") is not None:
+        return _plain(instance["gpu_check"])
+    return dict((key, value) for key, value in _plain(host_check or {}).items() if key != "whole_host")

@@ -154,3 +154,13 @@ def resolve(catalog, name, engine=None, model=None):
     if isinstance(catalog, dict) and catalog and name not in catalog:
         raise VariantError("unknown variant %r; known variants: %s" % (name, _known(catalog)))
     return resolve_all(catalog, engine, model)[name]
+
+
+def name_list(value):
+    """Variant names as a run gives them (-e variants=a,b or a list): each trimmed, empty ones left out, in order."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        items = [items]
+    return [str(item).strip() for item in items if str(item).strip()]

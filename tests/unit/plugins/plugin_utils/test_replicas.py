@@ -809,3 +809,10 @@ def test_the_converge_result_is_the_first_call_joined_by_the_wait_else_the_plan(
 ])
 def test_bench_now(mode, switching, enabled, bench, check_mode, wanted):
     assert rp.bench_now(mode, switching, enabled, bench, check_mode) is wanted
+
+
+def test_the_gpu_check_of_the_server_in_scope():
+    host = {"reclaim": True, "whole_host": True, "timeout": 5}
+    assert rp.gpu_check_params(None, host) == {"reclaim": True, "timeout": 5}, "whole_host is never passed on"
+    assert rp.gpu_check_params({"instance": "r0", "gpu_check": {"gpus": [0, 1]}}, host) == {"gpus": [0, 1]}
+    assert rp.gpu_check_params(None, None) == {}

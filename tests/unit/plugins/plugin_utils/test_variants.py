@@ -80,3 +80,11 @@ def test_a_broken_sibling_fails_the_whole_catalog():
     catalog = {"good": {"engine": "vllm", "model": "m"}, "bad": {"engine": "vllm"}}
     with pytest.raises(_variants.VariantError, match="variant bad has no model"):
         _variants.resolve(catalog, "good")
+
+
+@pytest.mark.parametrize("value, names", [
+    ("a, b,,c ", ["a", "b", "c"]), (["a", " b", ""], ["a", "b"]), ("", []), (None, []), ([], []), (3, ["3"]),
+])
+def test_name_list_takes_a_list_or_a_comma_separated_string(value, names):
+    from ansible_collections.inferops.serving.plugins.plugin_utils import _variants
+    assert _variants.name_list(value) == names
