@@ -32,7 +32,7 @@ import fake_kernel_log  # noqa: E402  pylint: disable=wrong-import-position
 import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
 import pytest_gate  # noqa: E402  pylint: disable=wrong-import-position
 # the gate's ceiling per test, floor and slow-test report, for every stage (tests/support/pytest_gate.py)
-from pytest_gate import pytest_addoption, pytest_collection_modifyitems  # noqa: E402,F401  pylint: disable=wrong-import-position
+from pytest_gate import pytest_addoption, pytest_collection_modifyitems  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 
 
 def free_port():

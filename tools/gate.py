@@ -32,14 +32,14 @@ def read_tsv(path):
 
 def table(rows, load, gate_dir):
     """The closing table, as lines."""
-    total = sum(seconds for _, seconds, _ in rows)
+    total = sum(row[1] for row in rows)
     lines = ["", "== gate: %d stage(s), %s, load average at start %s" % (
         len(rows), clock(total), " ".join("%.2f" % value for value in load))]
-    width = max([len(name) for name, _, _ in rows] + [5])
+    width = max([len(row[0]) for row in rows] + [5])
     lines.append("%-*s  %9s  %7s  %s" % (width, "stage", "wall", "share", "result"))
     for name, seconds, rc in rows:
-        lines.append("%-*s  %9s  %6.1f%%  %s" % (width, name, clock(seconds), 100.0 * seconds / total if total else 0.0,
-                                                  "ok" if rc == 0 else "FAILED (exit %d)" % rc))
+        share = 100.0 * seconds / total if total else 0.0
+        lines.append("%-*s  %9s  %6.1f%%  %s" % (width, name, clock(seconds), share, "ok" if rc == 0 else "FAILED (exit %d)" % rc))
     lines.append("%-*s  %9s" % (width, "total", clock(total)))
     counts = read_tsv(os.path.join(gate_dir, "counts.tsv"))
     if counts:

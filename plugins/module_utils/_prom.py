@@ -57,8 +57,9 @@ class Family(object):
     """One metric family: its name, type, help and samples [(labels dict, value)]."""
 
     def __init__(self, name, kind, text):
-        assert _NAME.match(name) and kind in ("gauge", "counter"), name
-        assert kind != "counter" or name.endswith("_total"), name
+        if not (_NAME.match(name) and kind in ("gauge", "counter")) or (kind == "counter" and not name.endswith("_total")):
+            raise ValueError("metric family %r of type %r: a Prometheus name, gauge or counter, a counter's ending _total"
+                             % (name, kind))
         self.name, self.kind, self.text, self.samples = name, kind, text, []
 
     def add(self, labels, value):

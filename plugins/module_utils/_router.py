@@ -42,7 +42,6 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
-import os
 import re
 import socket
 import time
@@ -819,7 +818,11 @@ def converge(p, check_mode=False, request=None, clock=time.monotonic, sleep=time
                 except RouterError as again:
                     exc.msg += "; putting it back into %s failed too: %s" % (routers[i].name, again.msg)
             exc.result = dict(result, **exc.result)
-            exc.result["listed"] = len(put_back) == len(done) and bool(done) or exc.result.get("listed", False)
+            # listed again when every router it was taken out of has it back
+            if done and len(put_back) == len(done):
+                exc.result["listed"] = True
+            else:
+                exc.result["listed"] = bool(exc.result.get("listed", False))
             raise
         result["waited_s"] = round(clock() - start, 3)
         partial = dict(result, worker=None, listed=False, workers=summary(listings[0]))

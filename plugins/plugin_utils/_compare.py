@@ -172,7 +172,6 @@ def _levels_of(repeat, where):
     return repeat
 
 
-
 def summarize(repeats, where="repeats"):
     """{concurrency: {metric: {median, ci_low, ci_high, n, values, estimate}}} over the repeats.
 
@@ -403,7 +402,6 @@ def compare(host, results, order, objective_metric=None, slo_attainment=None, co
     return result
 
 
-
 def drift(result):
     """How the reference moved over the comparison: its objective figure at the first repeat against the
     last one, in the order they ran ({variant, metric, concurrency, first, last, ratio, n}), or None with
@@ -477,4 +475,3 @@ def slo_problems(slo, attainment):
         problems.append("slo_attainment is the share of requests that must meet the SLO, above 0 and at most 1, "
                         "got %r" % (attainment,))
     return problems
-

@@ -39,7 +39,6 @@ def schedule(variants, repeats, order="blocked"):
             for name in (variants if turn % 2 == 0 else variants[::-1])]
 
 
-
 # ---- compare_until: decided ---------------------------------------------------------------------------
 
 UNTIL = ("repeats", "decided")

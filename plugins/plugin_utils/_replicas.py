@@ -17,6 +17,7 @@ exactly as before: the plan then holds one implicit entry (instance None).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
@@ -333,7 +334,7 @@ def router_problems(router, drain_timeout=None):
             seconds = float(drain_timeout)
         except (TypeError, ValueError):
             seconds = None
-        if isinstance(drain_timeout, bool) or seconds is None or not seconds > 0:
+        if isinstance(drain_timeout, bool) or seconds is None or math.isnan(seconds) or seconds <= 0:
             problems.append("serving_drain_timeout: %s must be a number of seconds above 0 (how long an instance "
                             "out of its router may take to finish its requests)" % (drain_timeout,))
     if router is None or (isinstance(router, Mapping) and not router):

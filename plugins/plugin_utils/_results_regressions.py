@@ -129,8 +129,8 @@ def windows(entries, size, acks=()):
         if not all(k in entry for k in ("host", "variant", "concurrency")):
             continue
         per_run = runs.setdefault(gate_key(entry), {})
-        one = per_run.setdefault(entry.get("run"), {"run": entry.get("run"), "fingerprint": entry.get("fingerprint"),
-                                                   "values": {}})
+        one = per_run.setdefault(entry.get("run"),
+                                 {"run": entry.get("run"), "fingerprint": entry.get("fingerprint"), "values": {}})
         for metric in REGRESSION_METRICS:
             value = num(entry.get(metric.key))
             if value is not None and value > 0:

@@ -259,7 +259,6 @@ def fieller_ratio(base, variant, out, confidence=CONFIDENCE):
     return out
 
 
-
 # ---- prediction intervals ---------------------------------------------------------------------------
 
 def prediction_interval(values, confidence=CONFIDENCE):

@@ -112,7 +112,7 @@ def galaxy_user(tmp_path, tarball, fake_gpus, port):
     collections_path = scratch / "collections"
     # bench_facts enabled the way README.md ("Installed from Galaxy") tells a user to
     env = clean_env(scratch, collections_path, dict(fake_gpus.env, ANSIBLE_CALLBACKS_ENABLED="inferops.serving.bench_facts",
-                                                     XDG_DATA_HOME=str(scratch / "xdg-data")))
+                                                    XDG_DATA_HOME=str(scratch / "xdg-data")))
     installed = run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--offline",
                      "-p", str(collections_path), str(tarball)], scratch, env)
     assert installed.returncode == 0, installed.stdout + installed.stderr

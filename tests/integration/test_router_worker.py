@@ -295,8 +295,8 @@ def test_two_routers_of_different_kinds_auto_identified(capsys, engines, tmp_pat
             time.sleep(0.1)
         code, out = run_module(capsys, router_url=[one.url, two.url], router_type="auto", worker_url=a,
                                state="absent", drain_metric=GAUGE, drain_timeout=10, keep_healthy=1)
-        assert code == 0 and [(r["router_type"], r["listed"]) for r in out["routers"]] == [("sglang", False),
-                                                                                          ("vllm", False)], out
+        found = [(r["router_type"], r["listed"]) for r in out["routers"]]
+        assert code == 0 and found == [("sglang", False), ("vllm", False)], out
         assert listed(one) == {b: True} and listed(two) == {b: True}
         code, out = run_module(capsys, router_url=[one.url, two.url], router_type="auto", worker_url=a)
         assert code == 0 and out["changed"] is True and listed(one) == listed(two) == {a: True, b: True}

@@ -34,8 +34,8 @@ def rec(run, tput, tpot=10.0, conc=1, fp="f", bench="bench:a", compare=None, hos
 SPREAD = [100.0, 92.0, 108.0, 96.0, 104.0]
 
 
-def history(values=SPREAD, **kw):
-    return [rec("r%d" % pos, value, **kw) for pos, value in enumerate(values)]
+def history(values=None, **kw):
+    return [rec("r%d" % pos, value, **kw) for pos, value in enumerate(SPREAD if values is None else values)]
 
 
 def test_prediction_interval_is_students_for_one_new_value():

@@ -48,7 +48,7 @@ def share_flagged_records(cv, window, slowdown, series, seed):
     rng = random.Random(seed)
     sigma = math.sqrt(math.log(1.0 + cv * cv))
     flagged = 0
-    for _ in range(series):
+    for dummy in range(series):
         history = []
         for pos in range(window):
             history.extend(_run(rng, "r%d" % pos, sigma))
@@ -66,9 +66,9 @@ def share_flagged(cv, window, slowdown, series, seed):
     sigma = math.sqrt(math.log(1.0 + cv * cv))
     gauss, judge, exp = rng.gauss, gate.judge, math.exp
     flagged = 0
-    for _ in range(series):
+    for dummy in range(series):
         for better, base in FIGURES:
-            past = [base * exp(gauss(0.0, sigma)) for _ in range(window)]
+            past = [base * exp(gauss(0.0, sigma)) for dummy in range(window)]
             new = (base * slowdown if better == "higher" else base / slowdown) * exp(gauss(0.0, sigma))
             if judge(past, new, better, 10.0, len(FIGURES)) is not None:
                 flagged += 1

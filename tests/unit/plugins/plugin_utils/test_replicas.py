@@ -769,8 +769,8 @@ def test_the_summary_says_each_instances_outcome_in_the_modules_words_and_whethe
     refused = rp.replicas_summary(plan, {}, {}, {"instance": "r1", "outcome": None})
     assert refused["instances"]["r1"] == {"outcome": "nothing_stopped", "words": "nothing was stopped",
                                           "variant": "v1", "listed": True}, "what it served before, still listed"
-    lost = rp.replicas_summary(plan, {}, {"r1": False}, {"instance": "r1", "outcome": "restore_failed",
-                                                          "outcome_msg": "RESTORE FAILED: nothing serves"})
+    lost = rp.replicas_summary(plan, {}, {"r1": False},
+                               {"instance": "r1", "outcome": "restore_failed", "outcome_msg": "RESTORE FAILED: nothing serves"})
     assert lost["lines"][1] == "r1: restore_failed: RESTORE FAILED: nothing serves; NOT in its router"
     assert lost["lines"][0] == "r0: unchanged, serves v2; NOT in its router", "a failed run added nothing back"
 
