@@ -408,9 +408,10 @@ def test_a_switch_to_what_serves_takes_nothing_out_of_the_router(router, replica
         run = host.play("v1")
     assert run.rc == 0, run.stdout[-4000:]
     assert run.recap()["changed"] == 0, run.stdout[-3000:]
-    # the only router_worker call is the read of the listing (check mode: it changes nothing)
+    # the only router_worker calls are the plan's read of the listing and the final check's, one per instance
+    # (check mode: they change nothing)
     calls = [r for r in run.results("router_worker") if r["status"] != "skipped"]
-    assert [r["task"].split(" : ")[1].split(" http")[0] for r in calls] == ["Read what router"], calls
+    assert [r["task"].split(" : ")[1].split(" http")[0] for r in calls] == ["Read what router"] + ["Check that router"] * 4, calls
     assert not [r for r in calls if r["result"].get("changed")], "no replica left the router"
     assert host.pids() == before and load.failed == 0
     assert listed(router.url) == dict((url, True) for url in host.urls())
@@ -506,7 +507,8 @@ def test_a_replica_left_out_of_its_router_is_added_back_by_a_rerun_of_what_serve
     unlist(router.url, r0)
     planned = host.play("v1", check=True)
     assert planned.rc == 0, planned.stdout[-3000:]
-    assert "r0: keep, not in its router: would add it back" in flat(planned.stdout), planned.stdout[-3000:]
+    says = "r0: keeps v1 (pid %d), healthy; not in its router: put back first, nothing restarts" % before["r0"]
+    assert says in flat(planned.stdout), planned.stdout[-3000:]
     assert r0 not in listed(router.url), "check mode adds nothing"
     with Load(router.url) as load:
         run = host.play("v1")
@@ -559,7 +561,7 @@ def test_a_run_refused_because_the_router_is_down_changes_nothing_and_says_so(ro
 @pytest.mark.parametrize("settings, words", [
     ({"serving_router": {"type": "sglang", "url": "ftp://x"}}, "serving_router.url: 'ftp://x' is not an http(s) URL"),
     ({"serving_router": {"type": "nginx", "url": "http://127.0.0.1:9"}},
-     "serving_router.type: 'nginx' is not a router type; allowed: sglang, command"),
+     "serving_router.type: 'nginx' is not a router type; allowed: sglang, smg, vllm, none, auto, command"),
     ({"serving_router": {"url": "http://127.0.0.1:9"}, "serving_drain_timeout": -1},
      "serving_drain_timeout: -1 must be a number of seconds above 0"),
     ({"serving_max_unavailable": 0}, "max_unavailable (serving_max_unavailable) must be an integer >= 1, got 0"),
