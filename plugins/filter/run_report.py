@@ -10,10 +10,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.inferops.serving.plugins.plugin_utils import _run_report
 
 
-def final_check(checks):
+def final_check(checks, membership=None, router=None):
     """The verdict of the end-of-run check of every instance of a host."""
     try:
-        return _run_report.final_check(checks)
+        return _run_report.final_check(checks, membership, router)
     except (AttributeError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("final_check: %s" % exc)
 

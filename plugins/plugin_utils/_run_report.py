@@ -7,52 +7,57 @@ and a replica switch's plan in words (plan_words). Controller side, pure functio
 from __future__ import annotations
 
 
-def _router_problem(name, router):
-    """Why the router's listing (router_worker state=present in check mode) is not right, or None."""
-    if not router or router.get("skipped"):
-        return None
-    where = router.get("router_url") or "the router"
-    if router.get("failed"):
+def _router_problem(name, member, router):
+    """Why the router's listing does not show this serving instance listed healthy, or None. member: the
+    instance's entry of router_membership (None: not behind a router, or nothing was read)."""
+    where = (router or {}).get("router_url") or "the router"
+    if (router or {}).get("failed"):
         return "%s: its router %s could not be read: %s" % (name, where, router.get("msg") or "no reason given")
-    if not router.get("changed"):
-        return None  # listed healthy: nothing would change
-    entry = router.get("worker")
-    if entry:
-        return "%s serves, but router %s lists %s unhealthy" % (name, where, entry.get("url") or router.get("worker_url"))
-    return "%s serves, but router %s does not list it (%s)" % (name, where, router.get("worker_url"))
+    if not member:
+        return None
+    if not member.get("listed"):
+        return "%s serves, but router %s does not list it (%s)" % (name, where, member.get("worker_url"))
+    if not member.get("healthy"):
+        return "%s serves, but router %s lists %s unhealthy" % (name, where, member.get("worker_url"))
+    return None
 
 
-def _line(name, checked, router):
+def _line(name, checked, member, router):
     if checked.get("problem") or checked.get("failed"):
         return "%s: FAILED - %s" % (name, checked.get("problem") or checked.get("msg") or "the check failed")
     if not checked.get("serving"):
         return "%s: %s" % (name, checked.get("reason") or "nothing serves")
     variant = checked.get("variant") or "(no variant label)"
     text = "%s: %s serves (pid %s) on %s" % (name, variant, checked.get("pid"), checked.get("url"))
-    if router and not router.get("skipped") and not router.get("failed") and not router.get("changed"):
-        text += ", listed healthy by router %s" % router.get("router_url")
+    if member and member.get("listed") and member.get("healthy"):
+        text += ", listed healthy by router %s" % ((router or {}).get("router_url") or "")
     return text
 
 
-def final_check(checks):
-    """checks: [{"name": the instance's server name, "checked": inference_server state=checked's registered
-    result, "router": router_worker state=present's check-mode result (None or skipped: not behind a router)}]. A failed check carries
-    its message in "problem" (the role registers it with failed_when, so that every instance is checked first).
+def final_check(checks, membership=None, router=None):
+    """checks: [{"name": the instance's server name, "instance": its instance key, "checked": inference_server
+    state=checked's registered result}]. A failed check carries its message in "problem" (the role registers it
+    with failed_when, so that every instance is checked first). membership: instance -> {listed, healthy,
+    worker_url} (router_membership of the one listing read for the whole host; None: not behind a router, or
+    a command router); router: that read's registered result (router_worker state=present in check mode), for
+    its URL and, when it failed, its message.
 
     Returns {"ok": no problem, "problems": [one message per thing wrong, naming the instance], "lines": [what each
     instance leaves serving, in words], "msg": the problems joined, or a one-line summary}."""
     problems, lines = [], []
+    membership = membership if isinstance(membership, dict) else {}
+    read = router if isinstance(router, dict) and not router.get("skipped") else None
     for check in checks or []:
         name = check.get("name") or "?"
         checked = check.get("checked") or {}
-        router = check.get("router") or None
+        member = membership.get(check.get("instance")) if read else None
         if checked.get("problem") or checked.get("failed"):
             problems.append(checked.get("problem") or checked.get("msg") or "%s: the check failed without a message" % name)
         else:
-            found = _router_problem(name, router) if checked.get("serving") else None
+            found = _router_problem(name, member, read) if checked.get("serving") and read else None
             if found:
                 problems.append(found)
-        lines.append(_line(name, checked, router))
+        lines.append(_line(name, checked, member, read))
     serving = sum(1 for check in checks or [] if (check.get("checked") or {}).get("serving"))
     if problems:
         msg = "what this run leaves serving is not right: %s" % "; ".join(problems)

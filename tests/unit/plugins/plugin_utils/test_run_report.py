@@ -13,9 +13,9 @@ DEAD = ("instance demo.r0 (variant batched, pid 4242) no longer runs: the engine
 
 
 def serving(name, pid, variant="batched"):
-    return {"name": name, "checked": {"serving": True, "pid": pid, "variant": variant, "problem": None,
-                                      "url": "http://127.0.0.1:%d" % (8000 + pid % 10), "failed": False},
-            "router": {"skipped": True}}
+    return {"name": name, "instance": name.split(".")[-1],
+            "checked": {"serving": True, "pid": pid, "variant": variant, "problem": None,
+                        "url": "http://127.0.0.1:%d" % (8000 + pid % 10), "failed": False}}
 
 
 def test_every_instance_serving_passes_and_says_so():
@@ -40,20 +40,38 @@ def test_nothing_recorded_is_not_a_problem():
     assert verdict["msg"] == "0 of 1 instance(s) serve, each alive and answering"
 
 
+READ = {"changed": False, "router_url": "http://127.0.0.1:30080", "workers": []}
+
+
 def test_a_router_that_lists_it_unhealthy_or_not_at_all():
-    unhealthy = serving("demo.r0", 4241)
-    unhealthy["router"] = {"changed": True, "router_url": "http://127.0.0.1:30080", "worker_url": "http://127.0.0.1:8001",
-                           "worker": {"url": "http://127.0.0.1:8001", "is_healthy": False}}
-    missing = serving("demo.r1", 4242)
-    missing["router"] = {"changed": True, "router_url": "http://127.0.0.1:30080", "worker_url": "http://127.0.0.1:8002",
-                         "worker": None}
-    listed = serving("demo.r2", 4243)
-    listed["router"] = {"changed": False, "router_url": "http://127.0.0.1:30080", "worker": {"is_healthy": True}}
-    verdict = _run_report.final_check([unhealthy, missing, listed])
+    """One read of the listing for the whole host: each instance found in it (router_membership's map)."""
+    membership = {"r0": {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:8001"},
+                  "r1": {"listed": False, "healthy": False, "worker_url": "http://127.0.0.1:8002"},
+                  "r2": {"listed": True, "healthy": True, "worker_url": "http://127.0.0.1:8003"}}
+    checks = [serving("demo.r0", 4241), serving("demo.r1", 4242), serving("demo.r2", 4243)]
+    verdict = _run_report.final_check(checks, membership, READ)
     assert verdict["problems"] == [
         "demo.r0 serves, but router http://127.0.0.1:30080 lists http://127.0.0.1:8001 unhealthy",
         "demo.r1 serves, but router http://127.0.0.1:30080 does not list it (http://127.0.0.1:8002)"]
     assert verdict["lines"][2].endswith(", listed healthy by router http://127.0.0.1:30080")
+    assert not verdict["lines"][0].endswith("healthy by router http://127.0.0.1:30080")
+
+
+def test_an_instance_that_serves_nothing_is_not_asked_of_its_router():
+    stopped = {"name": "demo.r0", "instance": "r0", "checked": {"serving": False, "problem": None,
+                                                                "reason": "nothing is recorded for it"}}
+    membership = {"r0": {"listed": False, "healthy": False, "worker_url": "http://127.0.0.1:8001"}}
+    verdict = _run_report.final_check([stopped], membership, READ)
+    assert verdict["ok"] and verdict["lines"] == ["demo.r0: nothing is recorded for it"]
+
+
+def test_a_router_read_that_was_skipped_or_failed():
+    membership = {"r0": {"listed": False, "healthy": False, "worker_url": "http://127.0.0.1:8001"}}
+    skipped = _run_report.final_check([serving("demo.r0", 4241)], membership, {"skipped": True})
+    assert skipped["ok"], "no router read: nothing to hold against the listing"
+    failed = _run_report.final_check([serving("demo.r0", 4241)], None,
+                                     {"failed": True, "router_url": "http://127.0.0.1:30080", "msg": "connection refused"})
+    assert failed["problems"] == ["demo.r0: its router http://127.0.0.1:30080 could not be read: connection refused"]
 
 
 def plan_result(now, now_pid, wanted, running=True):
