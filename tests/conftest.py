@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -106,11 +107,15 @@ def ansible_env(tmp_path):
         "ANSIBLE_FORCE_COLOR": "0",
         "INFEROPS_TEST_RECORD": str(tmp_path / "record.jsonl"),
     })
+    if os.environ.get("INFEROPS_TEST_PROFILE_DIR"):
+        # tools/task_profile.py: the wall time of every task of every playbook run, to find where the gate goes
+        env["ANSIBLE_CALLBACK_PLUGINS"] += os.pathsep + os.path.join(ROOT, "benchmarks", "callback")
+        env["ANSIBLE_CALLBACKS_ENABLED"] += ",task_wall"
     return env
 
 
 @pytest.fixture
-def run_playbook(ansible_env, tmp_path):
+def run_playbook(ansible_env, tmp_path, request):
     """run_playbook(playbook, extra_vars=None, check=False, inventory=None, args=()) -> PlaybookRun.
 
     playbook: a path, or YAML text written to a temp file. Extra vars go as JSON.
@@ -122,6 +127,10 @@ def run_playbook(ansible_env, tmp_path):
             playbook = str(path)
         record = tmp_path / ("record-%d.jsonl" % time.monotonic_ns())
         run_env = dict(ansible_env, INFEROPS_TEST_RECORD=str(record))
+        if os.environ.get("INFEROPS_TEST_PROFILE_DIR"):
+            run_env["INFEROPS_BENCH_PROFILE"] = os.path.join(
+                os.environ["INFEROPS_TEST_PROFILE_DIR"],
+                "%s.%d.json" % (re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid), time.monotonic_ns()))
         run_env.update(env or {})
         argv = [os.path.join(BIN, "ansible-playbook"), "-i",
                 inventory or os.path.join(ROOT, "inventories", "local"), playbook]
