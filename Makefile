@@ -55,7 +55,11 @@ test: ## everything CI runs, stage by stage, ending with the stage table (under 
 	$(PYTHON) tools/gate.py $(GATE_STAGES)
 
 # Everything the stages install or build, so that its time is its own row of the table.
-gate-setup: setup router-env engine-envs $(VENV_LATEST)/.installed tiny-model test-packages ## every environment the gate needs, and the tiny model
+# Four at once: each environment is its own pip download and unpack (network and disk more than CPU), the
+# Debian packages an apt run; their prerequisites (.venv first) are declared, so the order holds under -j.
+GATE_SETUP := setup router-env engine-envs $(VENV_LATEST)/.installed tiny-model test-packages
+gate-setup: ## every environment the gate needs, and the tiny model (four builds at once)
+	$(MAKE) --no-print-directory -j4 --output-sync=target $(GATE_SETUP)
 
 tiny-model: setup ## the tiny random Qwen3 of the demo and the tests (build/tiny-model; local, idempotent)
 	python tools/build_tiny_model.py --out build/tiny-model >/dev/null
