@@ -18,6 +18,10 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 VARIANT ?= batched
+# pytest-xdist workers of the unit, conformance, AWX and core-latest stages: each was one process on a 2-core
+# machine (the integration stage has its own INTEGRATION_WORKERS); the fleet stays one at a time (its tests
+# share the test bed's hosts and clean them up whole).
+PYTEST_WORKERS ?= 2
 
 .PHONY: help setup gate-setup tiny-model test-packages check check-setup check-units check-smoke test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop demo-replicas demo-replicas-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
@@ -50,7 +54,9 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 # The gate: each stage a make target, timed by tools/gate.py, which ends with the table of stages (setup on its
 # own row), the load average at the start, the tests each pytest stage ran against its floor (tests/floor.txt)
 # and every test over 60 s. Each pytest stage prints its 25 slowest tests (tests/support/pytest_gate.py).
-GATE_STAGES := gate-setup lint sanity sanity-latest units conformance integration molecule awx test-fleet test-core-latest
+# A group a+b runs its stages at the same time: lint and the two sanity runs (each one process, in their own
+# copies of the tree), Molecule and AWX (their own ports and build directories).
+GATE_STAGES := gate-setup lint+sanity+sanity-latest units conformance integration molecule+awx test-fleet test-core-latest
 test: ## everything CI runs, stage by stage, ending with the stage table (under 25 minutes on a quiet 2-core machine)
 	$(PYTHON) tools/gate.py $(GATE_STAGES)
 
@@ -73,7 +79,7 @@ check: ## the quick loop: lint, units without the long simulations, the integrat
 check-setup: setup router-env tiny-model
 
 check-units: setup
-	python -m pytest -q -p no:cacheprovider -m "not slow_sim" --stage check-units tests/unit
+	python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not slow_sim" --stage check-units tests/unit
 
 check-smoke: setup router-env tiny-model
 	python -m pytest -q -p no:cacheprovider -n $(INTEGRATION_WORKERS) -m smoke --stage check-smoke tests/integration
@@ -85,7 +91,7 @@ sanity: setup ## ansible-test sanity on a copy of the tree
 	tools/ansible_test_sanity.sh $(SANITY_ROOT)
 
 units: setup ## unit tests
-	python -m pytest -q --stage units tests/unit
+	python -m pytest -q -n $(PYTEST_WORKERS) --stage units tests/unit
 
 # The engines' own argument parsers, without GPUs: each pinned SGLang / vLLM wheel installed --no-deps in a
 # side environment with the few pure-Python packages its parser needs (tests/conformance/requirements);
@@ -106,7 +112,7 @@ $(ENGINE_ENVS)/%/.installed: tests/conformance/requirements/%.txt | $(STAMP)
 engine-envs: $(ENGINE_STAMPS) ## the side environments holding the pinned SGLang and vLLM parsers (build/engine-envs)
 
 conformance: setup engine-envs ## the real SGLang/vLLM parsers and --help against every example variant and module doc example
-	ENGINE_ENVS=$(CURDIR)/$(ENGINE_ENVS) python -m pytest -q --stage conformance tests/conformance
+	ENGINE_ENVS=$(CURDIR)/$(ENGINE_ENVS) python -m pytest -q -n $(PYTEST_WORKERS) --stage conformance tests/conformance
 
 # The real sglang-router for the replica and router_worker integration tests: its own environment (a Rust
 # binary in an abi3 wheel, with aiohttp, fastapi, uvicorn, orjson, setproctitle), pinned in
@@ -194,7 +200,7 @@ bench-switch: setup ## benchmarks/switch_overhead.py: what a switch and a no-op 
 bench-rolling: setup router-env ## benchmarks/rolling_switch.py: failed requests and latency of a rolling switch of 4 replicas behind sglang-router, with and without the drain
 	python benchmarks/rolling_switch.py
 awx: setup ## AWX as code: awx_configure.yml syntax and arguments, survey vs catalog, ansible-builder create
-	python -m pytest -q --stage awx tests/awx
+	python -m pytest -q -n $(PYTEST_WORKERS) --stage awx tests/awx
 
 FLEET_HOSTS ?= 4
 test-fleet: setup router-env ## rollout scenarios over real SSH on FLEET_HOSTS network-namespace hosts (root), replicas behind the real sglang-router
@@ -214,11 +220,11 @@ $(VENV_LATEST)/.installed: requirements-core-latest.txt
 
 test-core-latest: $(LINK) $(VENV_LATEST)/.installed ## units and module/main-job integration tests under ansible-core 2.21 (Python 3.12)
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/ansible --version | sed -n 1p  # sed reads it all: head closing the pipe early broke ansible with EPIPE
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider -m "not slow_sim" --stage core-latest-units tests/unit
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider --stage core-latest-integration \
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not slow_sim" --stage core-latest-units tests/unit
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --stage core-latest-integration \
 	  tests/integration/test_switch_variant.py tests/integration/test_inference_server.py \
 	  tests/integration/test_gpu_idle_check.py tests/integration/test_throughput_bench.py -k "not transformers"
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider --stage core-latest-safety \
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --stage core-latest-safety \
 	  tests/integration/test_switch_safety.py -k "kill_9 or two_runs or by_hand"
 
 # ansible-test sanity under that newest core too (part of `make test`): no ignore entries on either core.

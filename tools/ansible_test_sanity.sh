@@ -40,10 +40,15 @@ wheels="$cache/wheels"
 mkdir -p "$wheels"
 wheel=$(ls "$wheels"/pip-"$pip_version"-*.whl 2>/dev/null | head -1 || true)
 if [ -z "$wheel" ]; then
-    "$python" -m pip download -q --no-deps --only-binary=:all: -d "$wheels" "pip==$pip_version"
+    # into a directory of its own, then moved: a second run at once never sees half a wheel
+    tmp_wheels=$(mktemp -d "$wheels/.download.XXXXXX")
+    "$python" -m pip download -q --no-deps --only-binary=:all: -d "$tmp_wheels" "pip==$pip_version"
+    mv -f "$tmp_wheels"/pip-*.whl "$wheels"/
+    rmdir "$tmp_wheels"
     wheel=$(ls "$wheels"/pip-"$pip_version"-*.whl | head -1)
 fi
-cat > "$script" <<PY
+# written to a temp file then renamed: the sanity runs of two ansible-core versions may seed it at once
+cat > "$script.$$" <<PY
 # Seeded by inferops.serving tools/ansible_test_sanity.sh: installs pip $pip_version from a local wheel.
 import sys
 WHEEL = "$wheel"
@@ -52,6 +57,7 @@ from pip._internal.cli.main import main  # noqa: E402
 args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel") and not a.startswith("pip==")]
 sys.exit(main(["install", "--no-cache-dir", WHEEL] + args))
 PY
+mv -f "$script.$$" "$script"
 
 # 3. the sanity tests themselves
 cd "$dest"

@@ -6,7 +6,9 @@
 usage: python3 tools/gate.py TARGET...
 
 Each TARGET runs as `make TARGET`; the first that fails stops the gate (as make itself would), and the table
-is printed all the same. The table gives each stage's wall time, the machine's load average when the gate
+is printed all the same. TARGET may be a group A+B: its stages run at the same time (stages that share no
+files, each mostly one process, on a machine of two cores or more); each prints its output when it ends, and
+the group is one row of the table, its wall time the group's, each member's own time beside it. The table gives each stage's wall time, the machine's load average when the gate
 started (a timing is only worth quoting from a quiet machine: load under 1, nothing beside it), the tests each
 pytest stage ran against its floor (tests/floor.txt), and every test over 60 s. The pytest stages write those
 into GATE_DIR (tests/support/pytest_gate.py). Standard library only: it runs before `.venv` exists.
@@ -37,9 +39,15 @@ def table(rows, load, gate_dir):
         len(rows), clock(total), " ".join("%.2f" % value for value in load))]
     width = max([len(row[0]) for row in rows] + [5])
     lines.append("%-*s  %9s  %7s  %s" % (width, "stage", "wall", "share", "result"))
-    for name, seconds, rc in rows:
+    for row in rows:
+        name, seconds, rc = row[:3]
         share = 100.0 * seconds / total if total else 0.0
-        lines.append("%-*s  %9s  %6.1f%%  %s" % (width, name, clock(seconds), share, "ok" if rc == 0 else "FAILED (exit %d)" % rc))
+        members = row[3] if len(row) > 3 else None
+        result = "ok" if rc == 0 else "FAILED (exit %d)" % rc
+        if members:  # a group: each member's own wall and result
+            result += " (at once: %s)" % ", ".join("%s %ds%s" % (member, own, "" if own_rc == 0 else " FAILED")
+                                                   for member, own, own_rc in members)
+        lines.append("%-*s  %9s  %6.1f%%  %s" % (width, name, clock(seconds), share, result))
     lines.append("%-*s  %9s" % (width, "total", clock(total)))
     counts = read_tsv(os.path.join(gate_dir, "counts.tsv"))
     if counts:
@@ -53,6 +61,28 @@ def table(rows, load, gate_dir):
 
 def clock(seconds):
     return "%d:%02d (%ds)" % (seconds // 60, seconds % 60, seconds)
+
+
+def run_group(targets, env, gate_dir, cwd=ROOT):
+    """Run `make TARGET` for each target at once; each one's output (kept in GATE_DIR) is printed when it ends.
+    Returns [(target, wall seconds, rc)] in the order given."""
+    started, procs = time.monotonic(), {}
+    for target in targets:
+        out = open(os.path.join(gate_dir, "%s.log" % target), "w+")
+        procs[target] = (subprocess.Popen(["make", "--no-print-directory", target], cwd=cwd, env=env,
+                                          stdout=out, stderr=subprocess.STDOUT), out)
+    ended = {}
+    while len(ended) < len(targets):
+        for target, (proc, out) in procs.items():
+            if target not in ended and proc.poll() is not None:
+                ended[target] = (time.monotonic() - started, proc.returncode)
+                out.seek(0)
+                sys.stdout.write("== %s (ran beside %s)\n%s" % (target, ", ".join(t for t in targets if t != target),
+                                                                 out.read()))
+                sys.stdout.flush()
+                out.close()
+        time.sleep(0.2)
+    return [(target,) + ended[target] for target in targets]
 
 
 def main(targets):
@@ -69,8 +99,13 @@ def main(targets):
     rc = 0
     for target in targets:
         start = time.monotonic()
-        rc = subprocess.call(["make", "--no-print-directory", target], cwd=ROOT, env=env)
-        rows.append((target, time.monotonic() - start, rc))
+        if "+" in target:
+            members = run_group(target.split("+"), env, gate_dir)
+            rc = next((own_rc for _name, _own, own_rc in members if own_rc != 0), 0)
+            rows.append((target, time.monotonic() - start, rc, members))
+        else:
+            rc = subprocess.call(["make", "--no-print-directory", target], cwd=ROOT, env=env)
+            rows.append((target, time.monotonic() - start, rc))
         if rc != 0:
             break
     text = "\n".join(table(rows, load, gate_dir))

@@ -132,3 +132,28 @@ def test_the_table_names_each_stage_its_share_the_load_and_the_slow_tests(tmp_pa
     assert "FAILED (exit 2)" in text and "total" in text
     assert "units 1047/1047" in text
     assert "WARNING: [integration] tests/integration/test_x.py::test_y took 75.2 s (over 60 s)" in text
+
+
+def test_a_group_runs_its_stages_at_once_and_is_one_row_with_each_members_time(tmp_path, capsys):
+    """a+b: each target waits for the other's mark, so run one after the other the first would fail."""
+    (tmp_path / "Makefile").write_text(textwrap.dedent("""\
+        a:
+        \ttouch a.mark; for i in $$(seq 30); do test -e b.mark && exit 0; sleep 0.1; done; exit 3
+        b:
+        \ttouch b.mark; for i in $$(seq 30); do test -e a.mark && exit 0; sleep 0.1; done; exit 3
+        c:
+        \texit 4
+        """))
+    gate_dir = tmp_path / "gate"
+    gate_dir.mkdir()
+    rows = gate.run_group(["a", "b"], dict(os.environ), str(gate_dir), cwd=str(tmp_path))
+    assert [(name, rc) for name, _wall, rc in rows] == [("a", 0), ("b", 0)]
+    out = capsys.readouterr().out
+    assert "== a (ran beside b)" in out and "== b (ran beside a)" in out
+    for mark in ("a.mark", "b.mark"):
+        (tmp_path / mark).unlink()
+    failed = gate.run_group(["a", "c"], dict(os.environ), str(gate_dir), cwd=str(tmp_path))
+    assert [(name, rc) for name, _wall, rc in failed] == [("a", 2), ("c", 2)], "a waited for b in vain; c failed"
+    lines = gate.table([("a+c", 10.0, 2, [(n, w, rc) for n, w, rc in failed])], (0.1, 0.1, 0.1), str(gate_dir))
+    assert any(line.startswith("a+c") and "FAILED (exit 2) (at once: a " in line and "c 0s FAILED" in line
+               for line in lines), lines
