@@ -2,7 +2,7 @@
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One instance and its router (serving_router), each a pure function of plugin_utils/_replicas:
-converge_action, worker_url, router_type, router_membership, replicas_summary,
+converge_action, worker_url, switch_router, router_type, router_membership, replicas_summary,
 converge_result, bench_now and gpu_check_params; and
 name_list of plugin_utils/_variants."""
 
@@ -23,6 +23,11 @@ def _call(name, func, *args):
 def converge_action(result, membership=None):
     """What a converge call does to one server, from its plan or result: switch, relabel, keep (or add)."""
     return _call("converge_action", _replicas.converge_action, result, membership)
+
+
+def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None):
+    """inference_server's router option for one instance's switch ({} for a command router or none)."""
+    return _call("switch_router", _replicas.switch_router, router, worker, keep_healthy, drain_metric, drain_timeout)
 
 
 def worker_url(instance, router=None, serving_host="", address=""):
@@ -67,7 +72,8 @@ def name_list(value):
 
 class FilterModule(object):
     def filters(self):
-        return {"converge_action": converge_action, "worker_url": worker_url, "router_type": router_type, "router_membership": router_membership,
+        return {"converge_action": converge_action, "worker_url": worker_url, "router_type": router_type,
+                "switch_router": switch_router, "router_membership": router_membership,
                 "replicas_summary": replicas_summary, "converge_result": converge_result, "bench_now": bench_now,
                 "gpu_check_params": gpu_check_params,
                 "name_list": name_list}

@@ -742,8 +742,10 @@ def _others_healthy(router, worker, workers):
     return [w for w in workers if w not in mine and router.healthy(w)]
 
 
-def converge(p, check_mode=False, request=None, clock=time.monotonic, sleep=time.sleep, poll=POLL):
+def converge(p, check_mode=False, request=None, clock=time.monotonic, sleep=time.sleep, poll=POLL, on_removed=None):
     """One run of router_worker: (result, diff). Raises RouterError (its result the partial one) on failure.
+    on_removed(): called once the worker left every router and before the drain (inference_server's switch
+    journals the drain as its own phase).
 
     Every router in router_url is identified (auto) and read first, and, for a removal, asked whether the key
     may change workers: a router that is down, unknown or refuses the key is an error before anything changes.
@@ -825,6 +827,8 @@ def converge(p, check_mode=False, request=None, clock=time.monotonic, sleep=time
                 exc.result["listed"] = bool(exc.result.get("listed", False))
             raise
         result["waited_s"] = round(clock() - start, 3)
+        if on_removed is not None:
+            on_removed()
         partial = dict(result, worker=None, listed=False, workers=summary(listings[0]))
         try:
             result.update(_drain(p, worker, [routers[i] for i in todo], request, clock, sleep, poll))
@@ -863,3 +867,63 @@ def converge(p, check_mode=False, request=None, clock=time.monotonic, sleep=time
             entries = [entry]
     result["waited_s"] = round(clock() - start, 3)
     return finish(entries, _diff_view(entries), True)
+
+
+# ---------------------------------------------------------------------------- inference_server's router option
+# inference_server's ``router`` option (issue 34): the instance's router, which its switch leaves and joins under
+# the instance lock. The same settings as router_worker's (ARGUMENT_SPEC), named as the role's serving_router names
+# them; ``type`` takes the router types of ROUTER_TYPES (a ``command`` router's hooks stay with the role).
+ROUTER_OPTION_SPEC = dict(
+    url=dict(type="list", elements="str"),
+    type=dict(type="str", default="sglang", choices=list(ROUTER_TYPES)),
+    api_key=dict(type="str", no_log=True),
+    worker_url=dict(type="str"),
+    timeout=dict(type="float", default=60.0),
+    drain_timeout=dict(type="float", default=60.0),
+    drain_metric=dict(type="str"),
+    keep_healthy=dict(type="int", default=0),
+)
+
+
+class Membership(object):
+    """An instance's place in its router(s), as inference_server's switch changes it: leave() (the removal with
+    keep_healthy and its re-check, then the drain, which an engine that ends cuts short) and join() (the add,
+    waiting until listed healthy), each one converge() call, the router_worker core. ``option``: the router option;
+    ``worker_url`` the instance's URL when the option names none; ``engine_state`` its state file."""
+
+    def __init__(self, option, worker_url, engine_state, **kw):
+        self.params = {"router_url": option.get("url"), "router_type": option.get("type") or "sglang",
+                       "api_key": option.get("api_key"), "worker_url": option.get("worker_url") or worker_url,
+                       "timeout": option.get("timeout") or 60.0, "drain_metric": option.get("drain_metric"),
+                       "drain_metrics_url": None, "keep_healthy": option.get("keep_healthy") or 0,
+                       "drain_timeout": 60.0 if option.get("drain_timeout") is None else option["drain_timeout"],
+                       "engine_state": engine_state}
+        self.kw = kw  # request, clock, sleep, poll (tests)
+
+    @property
+    def drain_timeout(self):
+        return self.params["drain_timeout"]
+
+    @property
+    def secrets(self):
+        return [self.params["api_key"]] if self.params["api_key"] else []
+
+    def describe(self):
+        """What the journal keeps of the router (never its key)."""
+        return {"url": router_urls(self.params), "type": self.params["router_type"], "worker_url": self.params["worker_url"]}
+
+    def problems(self):
+        return ["router: %s" % problem for problem in url_problems(self.params)]
+
+    def leave(self, on_removed=None):
+        return converge(dict(self.params, state="absent"), on_removed=on_removed, **self.kw)[0]
+
+    def join(self):
+        return converge(dict(self.params, state="present"), **self.kw)[0]
+
+    def listed(self):
+        """Whether every router lists the worker healthy (router type none: None, there is no list)."""
+        result = converge(dict(self.params, state="present"), check_mode=True, **self.kw)[0]
+        if self.params["router_type"] == "none":
+            return None
+        return not result["changed"]

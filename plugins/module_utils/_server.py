@@ -16,7 +16,7 @@ import os
 import socket
 
 from ansible_collections.inferops.serving.plugins.module_utils import (
-    _checked, _engines, _fingerprint, _idle_check, _lock, _preflight, _procs, _prom, _recover, _supervisor, _switch)
+    _checked, _engines, _fingerprint, _idle_check, _lock, _preflight, _procs, _prom, _recover, _router, _supervisor, _switch)
 
 ServerError = _switch.ServerError
 probe_host = _switch.probe_host
@@ -211,11 +211,20 @@ def _join(ctx, switch_id):
     return _outcome(ctx, data, False, {})
 
 
+def membership(ctx):
+    """The instance's router (the router option) as the switch leaves and joins it; None without one."""
+    option = ctx.params.get("router")
+    if not option:
+        return None
+    return _router.Membership(option, url_of(ctx.params["host"], ctx.params["port"]), ctx.sup.store.path)
+
+
 def _outcome(ctx, data, starter, diff):
     """(changed, result, diff) from a switch's journal, or the ServerError that says how it failed."""
     result = ctx.result
     result["switch"] = {"id": data.get("id"), "pid": data.get("pid"), "phase": data.get("phase")}
-    for key in ("stopped_pids", "stopped_exit", "gpu_check", "log_tail", "log_file", "restored", "exit"):
+    for key in ("stopped_pids", "stopped_exit", "gpu_check", "log_tail", "log_file", "restored", "exit", "listed",
+                "router_steps"):
         if data.get(key) is not None:
             result[key] = data[key]
     for key in ("reason", "recovered"):
@@ -237,6 +246,8 @@ def _outcome(ctx, data, starter, diff):
             result.update(argv=record.get("argv"), fingerprint=record.get("fingerprint"),
                           variant=record.get("variant"), engine_version=record.get("engine_version"),
                           served_model=record.get("served_model"))
+        if data.get("router_error"):  # it serves, but its router does not list it: the call fails, saying so
+            raise ServerError(data.get("msg") or data["router_error"], **dict(result, changed=True, failure=data["router_error"]))
         return starter, result, diff
     extra = dict(result, outcome=outcome, changed=outcome != _switch.NOTHING_STOPPED or bool(data.get("server_pid")))
     for key in ("rc", "failure", "outcome_msg", "restore_error", "timed_out"):
@@ -394,6 +405,7 @@ def _start(ctx, adapter, version, launch):
     if action in (KEEP, KEEP_UNPROBED):
         changed, result, diff = _keep(ctx, record, launch, True if action == KEEP else None, diff)
         result["reason"] = _noted(ctx, result["reason"])
+        changed = _keep_listed(ctx, record) or changed
         return changed or bool(result.get("recovered")), result, diff  # the rebuilt state file is written
     previous, previous_params = _restore_target(ctx, record, running)
     if action == RESUME:
@@ -403,7 +415,7 @@ def _start(ctx, adapter, version, launch):
             return False, result, diff
         switch = _switch.Switch(sup, params, launch, version=version, old=record, stop_old=False, start_new=False,
                                 previous=previous, previous_params=previous_params, verify_gpus=ctx.host.verify,
-                                what=_what(params, launch))
+                                what=_what(params, launch), router=membership(ctx))
         return _run(ctx, switch, False, diff)
     result["reason"] = reason or _start_reason(record, running, same, launch.fingerprint)
     if record and record.get("pid") and not running:  # how it ended, as its watchdog recorded it
@@ -411,6 +423,30 @@ def _start(ctx, adapter, version, launch):
         result["reason"] += ": pid %s %s" % (record["pid"], result["exit"]["message"])
     result["reason"] = _noted(ctx, result["reason"])
     return _switch_to(ctx, adapter, version, launch, record, running, (previous, previous_params), diff)
+
+
+def _keep_listed(ctx, record):
+    """A server kept with a router given: one its router does not list (a run cut off after taking it out, a
+    router restarted empty) is added back, under the lock, waiting until listed healthy. True when it was (in check
+    mode: would be) added."""
+    router = membership(ctx)
+    if router is None:
+        return False
+    name, variant = ctx.params["name"], record.get("variant") or ctx.params.get("variant") or "it"
+    try:
+        listed = router.listed()
+        if listed is not False:
+            ctx.result["listed"] = listed
+            return False
+        if ctx.check_mode:
+            ctx.result.update(listed=False, reason="%s; it is not in its router: it would be added back" % ctx.result["reason"])
+            return True
+        ctx.result["listed"] = bool(router.join().get("listed"))
+    except _router.RouterError as exc:
+        raise _switch.nothing_stopped("%s serves %s, and its router could not be read or changed: %s" % (name, variant, exc.msg),
+                                      **dict(ctx.result, listed=exc.result.get("listed")))
+    ctx.result["reason"] = "%s serves %s; it was not in its router: added back" % (name, variant)
+    return True
 
 
 def _switch_to(ctx, adapter, version, launch, record, running, restore, diff):
@@ -431,7 +467,7 @@ def _switch_to(ctx, adapter, version, launch, record, running, restore, diff):
         return True, result, diff
     switch = _switch.Switch(sup, params, launch, version=version, old=record, stop_old=bool(record) or bool(spared),
                             start_new=True, previous=restore[0], previous_params=restore[1],
-                            verify_gpus=ctx.host.verify, what=_what(params, launch))
+                            verify_gpus=ctx.host.verify, what=_what(params, launch), router=membership(ctx))
     return _run(ctx, switch, True, diff)
 
 

@@ -22,7 +22,7 @@ import traceback
 import uuid
 
 from ansible_collections.inferops.serving.plugins.module_utils import (
-    _engines, _fingerprint, _idle_check, _procs, _resolved, _supervisor, _watchdog)
+    _engines, _fingerprint, _idle_check, _procs, _resolved, _router, _supervisor, _watchdog)
 
 # The one word every outcome of the module is, and the phrase each failure ends with.
 READY, UNCHANGED, RELABELLED, LOADING, STOPPED = "ready", "unchanged", "relabelled", "loading", "stopped"
@@ -183,7 +183,8 @@ def launches(state_dir, name):
 
 
 def stored_params(params):
-    return dict((k, v) for k, v in params.items() if k not in ("switch_id",))
+    """The parameters a restore needs (the launch file): never the router option, whose key must not be written."""
+    return dict((k, v) for k, v in params.items() if k not in ("switch_id", "router"))
 
 
 class Switch(object):
@@ -193,10 +194,12 @@ class Switch(object):
     rest by keyword: version (the engine's), old (the record of what runs, stopped first when stop_old, or
     of a server left loading, waited for when start_new is false), previous / previous_params (the last
     server that was ready, its public record and module parameters, restored on failure; None when nothing
-    served), verify_gpus (the GPU check, Host.verify) and what (what the lock holder says it does)."""
+    served), verify_gpus (the GPU check, Host.verify), what (what the lock holder says it does) and router
+    (_router.Membership, or None: the instance's router, left and drained before the stop and joined once a
+    server is ready, all under the instance lock)."""
 
     def __init__(self, sup, params, launch, *, version=None, old=None, stop_old=False, start_new=True,
-                 previous=None, previous_params=None, verify_gpus, what):
+                 previous=None, previous_params=None, verify_gpus, what, router=None):
         self.sup = sup
         self.params = params
         self.launch = launch
@@ -207,6 +210,9 @@ class Switch(object):
         self.previous = previous
         self.previous_params = previous_params
         self.verify_gpus = verify_gpus
+        self.router = router
+        self.left = False  # the worker left its router (and nothing has put it back yet)
+        self.lock = None  # the instance lock, in the detached process: its note says the phase
         self.journal = journal(params["state_dir"], params["name"])
         self.launches = launches(params["state_dir"], params["name"])
         self.starts = 0  # engines started by this switch: each start moves the logs one place (_supervisor.rotate)
@@ -219,13 +225,23 @@ class Switch(object):
                        "secrets_salt": salt, "secrets_digest": _fingerprint.secrets_digest(salt, secrets_of(params))},
             "previous": {"variant": previous.get("variant"), "fingerprint": previous.get("fingerprint")} if previous else None,
         }
+        if router is not None:
+            self.data["router"] = router.describe()
+            self.data["router_steps"] = []
 
     # -- the journal
 
-    def phase(self, name):
+    def phase(self, name, limit=None):
         self.data["phase"] = name
         self.data["phases"].append([name, round(time.time() - self.data["started_at"], 3)])
         self.save()
+        if self.lock is not None and name != "done":  # a run that waits for the lock says what the holder does
+            try:
+                # what it does first (the words a refused run has always quoted), then the phase it is in
+                self.lock.note("%s, now %s%s" % (self.data["what"], name.replace("_", " "),
+                                                 " (at most %gs)" % limit if limit is not None else ""))
+            except OSError:
+                pass
 
     def save(self):
         own = journal(self.params["state_dir"], self.params["name"], self.data["id"])
@@ -238,8 +254,13 @@ class Switch(object):
         """The switch's end, in its journal. Log tails and messages may quote the engine, which may print its
         key: every secret of this launch and of the one restored is masked before anything is written."""
         secrets = _fingerprint.secret_values(self.params) + _fingerprint.secret_values(self.previous_params)
+        secrets = sorted(set(secrets + (self.router.secrets if self.router is not None else [])), key=len, reverse=True)
         fields = dict((key, _fingerprint.redact(value, secrets)) for key, value in fields.items())
         msg = _fingerprint.redact(msg, secrets)
+        for step in self.data.get("router_steps") or []:
+            for key in ("error", "drain", "engine_ended"):
+                if key in step:
+                    step[key] = _fingerprint.redact(step[key], secrets)
         for key in ("log_tail", "error"):
             if key in self.data:
                 self.data[key] = _fingerprint.redact(self.data[key], secrets)
@@ -334,6 +355,8 @@ class Switch(object):
         self.data["pid"] = os.getpid()
         data, params, record = self.data, self.params, None
         stopped_a_server = False
+        if self.router is not None and self.stop_old and not self._leave():
+            return data
         try:
             if self.previous is not None:
                 # from here until the new server is ready, the state files keep what served before, so that
@@ -363,8 +386,11 @@ class Switch(object):
             self.phase("waiting")
             ready_s = wait_ready(self.sup, record, self.launch, params, elapsed=elapsed)
             self._ready(record, params, ready_s, self.launch)
-            self.finish(READY, "%s serves %s: ready in %ss" % (params["name"], params.get("variant") or "it", ready_s),
-                        ready_s=ready_s, server_pid=record["pid"])
+            joined = self._join()
+            msg = "%s serves %s: ready in %ss" % (params["name"], params.get("variant") or "it", ready_s)
+            if joined.get("router_error"):
+                msg += "; but it is not in its router: %s" % joined["router_error"]
+            self.finish(READY, msg, ready_s=ready_s, server_pid=record["pid"], **joined)
         except BaseException as exc:  # SystemExit too: whatever happens, the host ends in a known state
             self._fail(exc, record, stopped_a_server or (self.previous is not None and not self.stop_old))
         return data
@@ -390,7 +416,7 @@ class Switch(object):
             return
         if not restore:
             self._failed(NOTHING_STOPPED, failure, "nothing was stopped: nothing served before, and the failed "
-                         "start was cleaned up")
+                         "start was cleaned up", **self._put_back())
             return
         name = self.previous.get("variant") or "the previous server"
         if not self.previous_params:
@@ -406,14 +432,79 @@ class Switch(object):
             self._failed(RESTORE_FAILED, failure, "RESTORE FAILED: nothing serves (restoring %s failed: %s)"
                          % (name, restore_exc), restore_error=str(restore_exc))
             return
+        joined = self._join()  # the restored server goes back into the router
         self.finish(ROLLED_BACK, "%s | ROLLED BACK: %s serves again at %s (pid %s)"
                     % (failure, name, restored["url"], restored["pid"]), failure=failure,
                     outcome_msg="ROLLED BACK: %s serves again at %s (pid %s)" % (name, restored["url"], restored["pid"]),
                     restored={"variant": restored.get("variant"), "fingerprint": restored["fingerprint"],
-                              "pid": restored["pid"], "url": restored["url"]})
+                              "pid": restored["pid"], "url": restored["url"]}, **joined)
+
+    # -- the router (issue 34): left and drained before the stop, joined once a server is ready
+
+    def _step(self, step, result, error=None):
+        """One router step in the journal: whether the worker is listed after it, and how a drain ended."""
+        entry = {"step": step, "at": round(time.time() - self.data["started_at"], 3), "listed": result.get("listed")}
+        for key in ("changed", "drain", "drained_s", "drain_value", "engine_ended", "waited_s"):
+            if result.get(key) is not None:
+                entry[key] = result[key]
+        if error:
+            entry["error"] = error
+        self.data["router_steps"].append(entry)
+        self.data["listed"] = result.get("listed")
+        self.save()
+
+    def _leave(self):
+        """Phases leaving_router then draining. True when the worker is out and drained (or was not listed); else
+        the switch ends here, nothing stopped, the worker put back when it had left: False."""
+        removed = []
+
+        def on_removed():
+            removed.append(True)
+            self.left = True
+            self.phase("draining", self.router.drain_timeout)
+
+        self.phase("leaving_router")
+        try:
+            left = self.router.leave(on_removed=on_removed)
+        except Exception as exc:  # pylint: disable=broad-except
+            failure = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+            result = dict(getattr(exc, "result", {}) or {})
+            if not isinstance(exc, _router.RouterError):
+                failure = "%s: %s" % (type(exc).__name__, failure)
+            self._step("leave", result, error=failure)
+            fields = self._put_back() if removed and not result.get("listed") else {"listed": result.get("listed")}
+            self.finish(NOTHING_STOPPED, "%s | nothing was stopped" % failure, failure=failure,
+                        outcome_msg="nothing was stopped", **fields)
+            return False
+        self._step("leave", left)
+        return True
+
+    def _put_back(self):
+        """After a switch that stopped nothing: the old worker back into its router, when it had left it."""
+        if self.router is None or not self.left:
+            return {}
+        return self._join()
+
+    def _join(self):
+        """Phase joining_router: the server that serves now into the router, waiting until listed healthy.
+        {"listed": ...} (and "router_error" when the router did not take it); {} without a router."""
+        if self.router is None:
+            return {}
+        self.phase("joining_router")
+        try:
+            joined = self.router.join()
+        except Exception as exc:  # pylint: disable=broad-except
+            failure = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+            self._step("join", dict(getattr(exc, "result", {}) or {}, listed=False), error=failure)
+            return {"listed": False, "router_error": failure}
+        self.left = False
+        self._step("join", joined)
+        return {"listed": joined.get("listed")}
 
     def _failed(self, outcome, failure, outcome_msg, **fields):
         """Nothing serves (or served): the state files say so."""
+        if self.router is not None:
+            fields.setdefault("listed", self.data.get("listed"))
         self.sup.store.clear()
         self.launches.clear()
         self.finish(outcome, "%s | %s" % (failure, outcome_msg), failure=failure, outcome_msg=outcome_msg, **fields)
@@ -458,6 +549,7 @@ def detach(switch, lock):
                 os.close(write_fd)
                 _quiet(lock.fd)
                 lock.note(switch.data["what"])
+                switch.lock = lock  # each phase says itself in the lock's note
                 try:
                     switch.run()
                 finally:

@@ -368,6 +368,54 @@ options:
         (up to O(ready_wait)) and reports how it ended, starting and stopping nothing; its outcome stays
         readable after later switches (the last 20 are kept in C(STATE_DIR/NAME.switches/)).
     type: str
+  router:
+    description:
+      - The router this instance serves behind. With it, a switch is one unit under the instance lock that the host
+        finishes by itself. Phase C(leaving_router) takes the instance out of the router (refused, nothing stopped,
+        when fewer than O(router.keep_healthy) other healthy workers would remain, read again after the removal),
+        phase C(draining) waits until it has no request in flight (ending at once if its engine ends), then the switch
+        runs, and phase C(joining_router) adds the server that serves (the new one, or the one restored) and waits until
+        the router lists it healthy. A drain that times out stops nothing and puts the instance back.
+      - A controller that dies mid-way leaves the host to end the unit, the instance listed and serving. A second run
+        waits O(lock_timeout) for the lock, then fails naming the holder and its phase.
+      - A server kept as it is (it serves this configuration) that its router does not list is added back.
+      - The same settings as M(inferops.serving.router_worker), which does the same steps from the controller. A
+        router driven by command hooks is not supported here.
+      - The key is never written to the state, journal, launch or log files.
+    type: dict
+    suboptions:
+      url:
+        description: The router's base URL, or a list of them (routers run in pairs). Required unless O(router.type=none).
+        type: list
+        elements: str
+      type:
+        description: The router's API, as M(inferops.serving.router_worker)'s O(inferops.serving.router_worker#module:router_type).
+        type: str
+        choices: [sglang, smg, vllm, none, auto]
+        default: sglang
+      api_key:
+        description: The key the router checks (sent as a bearer token), when it runs with one.
+        type: str
+      worker_url:
+        description: The URL under which the router knows this instance; unset, C(http://HOST:PORT) of O(host) and O(port).
+        type: str
+      timeout:
+        description: Seconds the router may take to list or unlist the instance.
+        type: float
+        default: 60
+      drain_timeout:
+        description: Seconds to wait for the drain; at this limit the switch stops nothing and the instance goes back.
+        type: float
+        default: 60
+      drain_metric:
+        description:
+          - The engine's in-flight gauge on its C(/metrics) (C(sglang:num_running_reqs), C(vllm:num_requests_running)).
+          - Unset, the router's own count where it keeps one, else the whole O(router.drain_timeout).
+        type: str
+      keep_healthy:
+        description: Other healthy workers the router must keep, else the instance stays in and nothing is stopped.
+        type: int
+        default: 0
 notes:
   - The state files live in O(state_dir), C(NAME.json) (what serves; while a switch is under way the new
     server with C(loading) and the previous one under C(previous)), C(NAME.launch.json) (mode 0600, the
@@ -442,6 +490,18 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+listed:
+  description:
+    - With O(router), whether the router lists the instance healthy after the call (V(null) for router type V(none)).
+  returned: when O(router) is set
+  type: bool
+  sample: true
+router_steps:
+  description: With O(router), each router step of the switch (C(leave), C(join)), as its journal keeps them.
+  returned: when a switch with O(router) ran
+  type: list
+  elements: dict
+  sample: [{step: leave, listed: false, drain: "sglang:num_running_reqs read 0"}, {step: join, listed: true}]
 argv:
   description: The engine's argv (the API key redacted).
   returned: always
@@ -762,7 +822,8 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _idle_check, _instance_args, _server
+from ansible_collections.inferops.serving.plugins.module_utils import (
+    _engines, _fingerprint, _idle_check, _instance_args, _router, _server)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -800,6 +861,8 @@ def validate(p):
         errors.append("host_memory_mib must be 0 (not checked) or more MiB, got %s" % p["host_memory_mib"])
     if p["log_keep"] < 1:
         errors.append("log_keep must be 1 or more (the engine logs kept, the current one included), got %s" % p["log_keep"])
+    if p.get("router"):
+        errors.extend(_router.Membership(p["router"], _server.url_of(p["host"], p["port"]), None).problems())
     if p["gpu_check"]:
         errors.extend("gpu_check: %s" % err for err in _idle_check.validate(p["gpu_check"]))
     for key, value in (p["env"] or {}).items():
@@ -845,6 +908,7 @@ def main():
             resolved_from=dict(type="str", default="auto", choices=["auto", "sglang", "vllm", "transformers", "none"]),
             metrics_dir=dict(type="path"),
             metrics_host=dict(type="str"),
+            router=dict(type="dict", options=_router.ROUTER_OPTION_SPEC),
             **_instance_args.INSTANCE_SPEC
         ),
         required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],

@@ -386,6 +386,28 @@ def router_type(router):
     return "none" if kind == COMMAND else kind
 
 
+def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None):
+    """inference_server's router option for one instance's switch (issue 34: out of the router, drained, switched
+    and back in, one unit under the instance lock that the host finishes): serving_router's url, type and key, the
+    instance's worker URL, keep_healthy, the drain gauge of what it serves now and serving_drain_timeout. {} for no
+    router, and for a command router, whose hooks the role runs around the switch (replica_out.yml, replica_in.yml)."""
+    if not isinstance(router, Mapping) or not router:
+        return {}
+    kind = router.get("type") or DEFAULT_ROUTER
+    if kind == COMMAND:
+        return {}
+    option = {"type": kind, "worker_url": worker, "keep_healthy": int(keep_healthy or 0)}
+    if router.get("url"):
+        option["url"] = router["url"] if isinstance(router["url"], list) else [router["url"]]
+    if router.get("api_key"):
+        option["api_key"] = router["api_key"]
+    if drain_metric:
+        option["drain_metric"] = drain_metric
+    if drain_timeout not in (None, ""):
+        option["drain_timeout"] = float(drain_timeout)
+    return option
+
+
 def worker_url(instance, router=None, serving_host="", address=""):
     """The URL under which the router knows an instance: its own router.worker_url, else http://HOST:PORT with
     HOST serving_router.worker_host, else serving_host when it names one address, else the inventory's

@@ -18,6 +18,7 @@ import re
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.request
@@ -599,3 +600,110 @@ def test_bench_through_a_router_with_a_key_uses_serving_router_api_key(replicas,
         assert "router-s3cret" not in run.stdout
     finally:
         keyed.stop()
+
+
+# ---- one instance's whole change is one locked unit the host finishes (issue 34, items 2-4) ----------------
+
+def journal(host, name):
+    path = host.state_dir / ("rep.%s.switch.json" % name)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def start_play(host, ansible_env, tmp_path, variant, **extra):
+    """ansible-playbook switch_variant.yml in the background (its own process group, to kill it as a controller
+    dies: all of it at once); (process, its output file)."""
+    out = tmp_path / ("controller-%d.log" % time.monotonic_ns())
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(host.inventory), PLAY,
+            "-e", json.dumps(dict({"variant": variant}, **extra))]
+    with open(out, "wb") as handle:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=ansible_env, stdout=handle, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return proc, out
+
+
+def wait_for(what, timeout, poll=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(poll)
+    return None
+
+
+@pytest.mark.timeout(600)
+def test_a_controller_killed_right_after_the_instance_left_its_router_ends_with_it_listed_and_serving(
+        router, replicas, ansible_env, tmp_path):
+    host = two_behind(router, replicas)
+    before = host.pids()
+    r0 = "http://127.0.0.1:%d" % host.ports["r0"]
+    with Load(router.url) as load:
+        time.sleep(1)
+        proc, out = start_play(host, ansible_env, tmp_path, "v2", instances="r0")
+        left = wait_for(lambda: r0 not in listed(router.url) and journal(host, "r0").get("phase") in (
+            "draining", "stopping", "checking_gpus", "starting", "waiting"), 120)
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller dies: ansible-playbook and its module processes
+        proc.wait(timeout=10)
+        assert left, "r0 left its router while the run went on: %s" % out.read_text()[-3000:]
+        killed_in = journal(host, "r0").get("phase")
+        done = wait_for(lambda: journal(host, "r0").get("outcome"), 120, poll=0.2)
+        time.sleep(1)
+    print("controller killed in phase %s; the host ended %s, listed %s; requests sent %d, failed %d"
+          % (killed_in, done, journal(host, "r0").get("listed"), load.sent, load.failed))
+    data = journal(host, "r0")
+    assert data["outcome"] in ("ready", "rolled_back"), data
+    assert data["listed"] is True and [s["step"] for s in data["router_steps"]] == ["leave", "join"], data
+    assert [p for p, _t in data["phases"]][:2] == ["leaving_router", "draining"]
+    assert [p for p, _t in data["phases"]][-2:] == ["joining_router", "done"]
+    assert listed(router.url) == dict((url, True) for url in host.urls()), "r0 is back in its router, with no re-run"
+    record = host.record("r0")
+    assert record["variant"] == ("v2" if data["outcome"] == "ready" else "v1")
+    assert record["pid"] != before["r0"] and os.path.exists("/proc/%d" % record["pid"])
+    assert host.pids()["r1"] == before["r1"]
+    assert load.failed == 0, load.errors[:5]
+
+
+def long_request(port, tokens):
+    """One streaming request straight to a replica that takes tokens x its step: it keeps the drain waiting."""
+    body = json.dumps({"model": "standin", "prompt": "hi", "max_tokens": tokens, "stream": True}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return resp.status, len(resp.read())
+
+
+@pytest.mark.timeout(600)
+def test_a_second_run_during_a_drain_is_refused_naming_the_holder_and_no_request_fails(
+        router, replicas, ansible_env, tmp_path):
+    import threading
+    host = two_behind(router, replicas)
+    r0 = "http://127.0.0.1:%d" % host.ports["r0"]
+    streamed = []
+    host.write(serving_drain_timeout=60)
+    # one stream straight to r0 of 12000 tokens at 2 ms each: the drain waits about 24 s for it
+    slow = threading.Thread(target=lambda: streamed.append(long_request(host.ports["r0"], 12000)))
+    with Load(router.url) as load:
+        slow.start()
+        time.sleep(0.5)
+        first, out = start_play(host, ansible_env, tmp_path, "v2", instances="r0")
+        assert wait_for(lambda: journal(host, "r0").get("phase") == "draining", 120), out.read_text()[-3000:]
+        host.write(serving_drain_timeout=60, serving_lock_timeout=1)
+        second = host.play("v1", instances="r0")  # another operator wants v1 back (v2 itself would join the switch)
+        first.wait(timeout=300)
+        slow.join(timeout=120)
+        time.sleep(1)
+    text = flat(second.stdout)
+    print("second run during the drain: rc %d; first run rc %d; requests sent %d, failed %d"
+          % (second.rc, first.returncode, load.sent, load.failed))
+    assert second.rc != 0
+    assert re.search(r"pid \d+ \(switch to v2 \(sha256:[0-9a-f]+\), now draining \(at most 60s\), since", text), text[-3000:]
+    assert "nothing was stopped" in text
+    assert second.recap()["changed"] == 0
+    assert first.returncode == 0, out.read_text()[-4000:]
+    assert streamed and streamed[0][0] == 200, "the request in flight on r0 ran to its end"
+    assert load.failed == 0, load.errors[:5]
+    assert host.variants() == {"r0": "v2", "r1": "v1"}
+    assert listed(router.url) == dict((url, True) for url in host.urls())

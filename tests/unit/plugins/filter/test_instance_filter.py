@@ -20,7 +20,7 @@ from ansible_collections.inferops.serving.plugins.filter import replicas as repl
 
 HERE = os.path.dirname(os.path.abspath(instance_filter.__file__))
 NAMES = ["bench_now", "converge_action", "converge_result", "gpu_check_params", "name_list", "replicas_summary",
-         "router_membership", "router_type",
+         "router_membership", "router_type", "switch_router",
          "worker_url"]
 
 

@@ -264,3 +264,120 @@ def test_a_switch_that_stopped_something_never_says_nothing_was_stopped(tmp_path
                           verify_gpus=lambda check, mode, owner=None: {}, what="switch to new").run()
     assert data["outcome"] == "restore_failed"
     assert "pids 77 were stopped" in data["outcome_msg"]
+
+
+# -- the router steps (issue 34): one locked unit, out of the router and drained, switched, back in ----------
+
+class FakeRouter(object):
+    """A stand-in for _router.Membership: records leave/join against the supervisor's events; fails as told."""
+
+    drain_timeout = 60.0
+    secrets = ["router-k3y-0001"]
+
+    def __init__(self, sup, listed=True, fail_leave=None, fail_drain=None, fail_join=False):
+        self.sup, self.listed_now = sup, listed
+        self.fail_leave, self.fail_drain, self.fail_join = fail_leave, fail_drain, fail_join
+
+    def describe(self):
+        return {"url": ["http://127.0.0.1:9"], "type": "sglang", "worker_url": "http://127.0.0.1:1"}
+
+    def leave(self, on_removed=None):
+        from ansible_collections.inferops.serving.plugins.module_utils import _router
+        if self.fail_leave:
+            raise _router.RouterError(self.fail_leave, {"listed": True})
+        self.sup.events.append(("leave", self.listed_now))
+        self.listed_now = False
+        on_removed()
+        if self.fail_drain:
+            raise _router.RouterError(self.fail_drain, {"listed": False})
+        return {"changed": True, "listed": False, "drain": "sglang:num_running_reqs read 0", "drained_s": 0.5}
+
+    def join(self):
+        from ansible_collections.inferops.serving.plugins.module_utils import _router
+        if self.fail_join:
+            raise _router.RouterError("router http://127.0.0.1:9: POST /workers failed: refused (key router-k3y-0001)")
+        self.sup.events.append(("join", self.sup.running and max(self.sup.running)))
+        self.listed_now = True
+        return {"changed": True, "listed": True}
+
+
+def _routed(tmp_path, sup, new, router):
+    state_dir = str(tmp_path)
+    old_params = _params(state_dir, "old-engine", "old")
+    old = {"pid": 50, "variant": "old", "fingerprint": "sha256:old", "url": "http://127.0.0.1:1"}
+    sup.running[50] = "old-engine"
+    params = _params(state_dir, new, new)
+    return _switch.Switch(sup, params, _engines.adapter("command").build(params), old=old, stop_old=True,
+                          previous=dict(old), previous_params=old_params, verify_gpus=lambda check, mode, owner=None: {},
+                          what="switch to " + new, router=router).run()
+
+
+def test_a_routed_switch_leaves_drains_switches_and_joins_in_that_order(tmp_path, ready_probe):
+    sup = FakeSup(str(tmp_path))
+    data = _routed(tmp_path, sup, "new-engine", FakeRouter(sup))
+    assert data["outcome"] == "ready" and data["listed"] is True
+    assert [p for p, _t in data["phases"]] == ["leaving_router", "draining", "stopping", "checking_gpus", "starting",
+                                               "waiting", "joining_router", "done"]
+    assert sup.events == [("leave", True), ("stop", "old-engine"), ("start", "new-engine"), ("join", 101)]
+    assert [(s["step"], s["listed"]) for s in data["router_steps"]] == [("leave", False), ("join", True)]
+    assert data["router_steps"][0]["drain"] == "sglang:num_running_reqs read 0"
+    journal = json.loads((tmp_path / "sv.switch.json").read_text())
+    assert journal["listed"] is True and journal["router"]["worker_url"] == "http://127.0.0.1:1"
+
+
+def test_a_routed_switch_that_fails_re_adds_the_restored_server(tmp_path, ready_probe):
+    sup = FakeSup(str(tmp_path), failing={"new-engine"})
+    data = _routed(tmp_path, sup, "new-engine", FakeRouter(sup))
+    assert data["outcome"] == "rolled_back" and data["listed"] is True
+    assert sup.events == [("leave", True), ("stop", "old-engine"), ("start", "new-engine"), ("stop", "new-engine"),
+                          ("start", "old-engine"), ("join", 102)]
+    assert [p for p, _t in data["phases"]][-3:] == ["restoring", "joining_router", "done"]
+
+
+def test_a_drain_that_times_out_stops_nothing_and_puts_the_old_worker_back(tmp_path, ready_probe):
+    sup = FakeSup(str(tmp_path))
+    router = FakeRouter(sup, fail_drain="sglang:num_running_reqs still read 2 on http://127.0.0.1:1/metrics 60s after")
+    data = _routed(tmp_path, sup, "new-engine", router)
+    assert data["outcome"] == "nothing_stopped" and data["msg"].endswith("| nothing was stopped")
+    assert "still read 2" in data["failure"] and data["listed"] is True and router.listed_now
+    assert sup.events == [("leave", True), ("join", 50)]  # the old server, never stopped, back in
+    assert [(s["step"], s["listed"]) for s in data["router_steps"]] == [("leave", False), ("join", True)]
+    assert sup.running == {50: "old-engine"}
+    assert not (tmp_path / "sv.json").exists() or json.loads((tmp_path / "sv.json").read_text()).get("pid") != 101
+
+
+def test_keep_healthy_refused_stops_nothing_and_puts_nothing_back(tmp_path, ready_probe):
+    sup = FakeSup(str(tmp_path))
+    router = FakeRouter(sup, fail_leave="taking worker http://127.0.0.1:1 out of router ... fewer than keep_healthy 1")
+    data = _routed(tmp_path, sup, "new-engine", router)
+    assert data["outcome"] == "nothing_stopped" and "keep_healthy 1" in data["failure"] and data["listed"] is True
+    assert sup.events == [] and sup.running == {50: "old-engine"}
+
+
+def test_a_router_that_refuses_the_new_server_is_said_and_its_key_never_written(tmp_path, ready_probe):
+    sup = FakeSup(str(tmp_path))
+    data = _routed(tmp_path, sup, "new-engine", FakeRouter(sup, fail_join=True))
+    assert data["outcome"] == "ready" and data["listed"] is False
+    assert "but it is not in its router" in data["msg"] and data["router_error"]
+    for path in (tmp_path / "sv.switch.json", tmp_path / "sv.switches" / ("%s.json" % data["id"]), tmp_path / "sv.json",
+                 tmp_path / "sv.launch.json"):
+        assert "router-k3y-0001" not in path.read_text(), path
+
+
+def test_the_lock_note_says_each_phase(tmp_path, ready_probe):
+    from ansible_collections.inferops.serving.plugins.module_utils import _lock
+    sup = FakeSup(str(tmp_path))
+    notes = []
+    lock = types.SimpleNamespace(note=notes.append)
+    state_dir = str(tmp_path)
+    sup.running[50] = "old-engine"
+    params = _params(state_dir, "new-engine", "v2")
+    old = {"pid": 50, "variant": "old", "fingerprint": "sha256:old", "url": "http://127.0.0.1:1"}
+    switch = _switch.Switch(sup, params, _engines.adapter("command").build(params), old=old, stop_old=True,
+                            previous=dict(old), previous_params=_params(state_dir, "old-engine", "old"),
+                            verify_gpus=lambda check, mode, owner=None: {}, what="switch to v2", router=FakeRouter(sup))
+    switch.lock = lock
+    switch.run()
+    assert notes[:2] == ["switch to v2, now leaving router", "switch to v2, now draining (at most 60s)"]
+    assert notes[-1] == "switch to v2, now joining router"
+    assert _lock.describe({"pid": 7, "what": notes[1]}) == "pid 7 (switch to v2, now draining (at most 60s))"

@@ -39,3 +39,13 @@ def test_state_and_log_dirs_must_be_absolute():
     assert "state_dir must be an absolute path, got 'state'" in text
     assert "log_dir must be an absolute path, got './log'" in text
     assert inference_server.validate(params(state_dir="/srv/x/state", log_dir="/srv/x/log")) == []
+
+
+def test_a_bad_router_option_is_refused_naming_it():
+    text = " ".join(inference_server.validate(params(router={"type": "sglang", "url": ["ftp://x"], "drain_timeout": -1})))
+    assert "router: router_url must be an http:// or https:// URL" in text
+    assert "router: drain_timeout must be 0 or more seconds, got -1" in text
+    assert "router: router_url is required with router_type sglang" in " ".join(
+        inference_server.validate(params(router={"type": "sglang"})))
+    assert inference_server.validate(params(router={"type": "sglang", "url": ["http://127.0.0.1:30000"]})) == []
+    assert inference_server.validate(params(router={"type": "none"})) == []

@@ -826,3 +826,14 @@ def test_every_router_type_is_taken(kind):
         router = {"type": kind, "remove": ["rm", "{url}"], "add": ["add", "{url}"]}
     assert rp.router_problems(router) == []
     assert rp.router_problems({"type": "none"}) == []  # no router API: no URL needed
+
+
+def test_switch_router_is_inference_server_s_router_option_and_none_for_command_routers():
+    router = {"type": "smg", "url": "http://10.0.0.5:30000", "api_key": "k"}
+    assert rp.switch_router(router, "http://10.0.0.7:30001", 1, "sglang:num_running_reqs", 20) == {
+        "type": "smg", "url": ["http://10.0.0.5:30000"], "api_key": "k", "worker_url": "http://10.0.0.7:30001",
+        "keep_healthy": 1, "drain_metric": "sglang:num_running_reqs", "drain_timeout": 20.0}
+    assert rp.switch_router({"url": ["http://a:1", "http://b:1"]}, "http://w:2") == {
+        "type": "sglang", "url": ["http://a:1", "http://b:1"], "worker_url": "http://w:2", "keep_healthy": 0}
+    assert rp.switch_router({"type": "command", "remove": ["x"], "add": ["y"]}, "http://w:2") == {}
+    assert rp.switch_router({}, "http://w:2") == {} and rp.switch_router(None, "http://w:2") == {}
