@@ -8,7 +8,8 @@ usage: python3 tools/gate.py TARGET...
 Each TARGET runs as `make TARGET`; the first that fails stops the gate (as make itself would), and the table
 is printed all the same. TARGET may be a group A+B: its stages run at the same time (stages that share no
 files, each mostly one process, on a machine of two cores or more); each prints its output when it ends, and
-the group is one row of the table, its wall time the group's, each member's own time beside it. The table gives each stage's wall time, the machine's load average when the gate
+the group is one row of the table, its wall time the group's, each member's own time beside it.
+The table gives each stage's wall time, the machine's load average when the gate
 started (a timing is only worth quoting from a quiet machine: load under 1, nothing beside it), the tests each
 pytest stage ran against its floor (tests/floor.txt), and every test over 60 s. The pytest stages write those
 into GATE_DIR (tests/support/pytest_gate.py). Standard library only: it runs before `.venv` exists.
@@ -77,8 +78,8 @@ def run_group(targets, env, gate_dir, cwd=ROOT):
             if target not in ended and proc.poll() is not None:
                 ended[target] = (time.monotonic() - started, proc.returncode)
                 out.seek(0)
-                sys.stdout.write("== %s (ran beside %s)\n%s" % (target, ", ".join(t for t in targets if t != target),
-                                                                 out.read()))
+                beside = ", ".join(t for t in targets if t != target)
+                sys.stdout.write("== %s (ran beside %s)\n%s" % (target, beside, out.read()))
                 sys.stdout.flush()
                 out.close()
         time.sleep(0.2)

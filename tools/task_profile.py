@@ -56,8 +56,8 @@ def main(argv=None):
     print("%d ansible-playbook runs, %.0f s of playbook wall in all (%.2f s a run)" % (runs, wall, wall / runs))
     print("%9s %6s %6s %8s  task" % ("total s", "share", "runs", "median"))
     for key, total in totals.most_common(args.top):
-        print("%9.1f %5.1f%% %6d %8.3f  %s" % (total, 100.0 * total / wall, len(times[key]),
-                                              statistics.median(times[key]), key[:150]))
+        share = 100.0 * total / wall
+        print("%9.1f %5.1f%% %6d %8.3f  %s" % (total, share, len(times[key]), statistics.median(times[key]), key[:150]))
 
 
 if __name__ == "__main__":

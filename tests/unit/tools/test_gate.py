@@ -154,6 +154,6 @@ def test_a_group_runs_its_stages_at_once_and_is_one_row_with_each_members_time(t
         (tmp_path / mark).unlink()
     failed = gate.run_group(["a", "c"], dict(os.environ), str(gate_dir), cwd=str(tmp_path))
     assert [(name, rc) for name, _wall, rc in failed] == [("a", 2), ("c", 2)], "a waited for b in vain; c failed"
-    lines = gate.table([("a+c", 10.0, 2, [(n, w, rc) for n, w, rc in failed])], (0.1, 0.1, 0.1), str(gate_dir))
+    lines = gate.table([("a+c", 10.0, 2, list(failed))], (0.1, 0.1, 0.1), str(gate_dir))
     assert any(line.startswith("a+c") and "FAILED (exit 2) (at once: a " in line and "c 0s FAILED" in line
                for line in lines), lines
