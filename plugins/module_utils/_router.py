@@ -892,12 +892,13 @@ class Membership(object):
     ``worker_url`` the instance's URL when the option names none; ``engine_state`` its state file."""
 
     def __init__(self, option, worker_url, engine_state, **kw):
-        self.params = {"router_url": option.get("url"), "router_type": option.get("type") or "sglang",
+        def given(key):  # the option's value, else its default in ROUTER_OPTION_SPEC (stated there only)
+            return ROUTER_OPTION_SPEC[key].get("default") if option.get(key) is None else option[key]
+        self.params = {"router_url": option.get("url"), "router_type": given("type"),
                        "api_key": option.get("api_key"), "worker_url": option.get("worker_url") or worker_url,
-                       "timeout": option.get("timeout") or 60.0, "drain_metric": option.get("drain_metric"),
-                       "drain_metrics_url": None, "keep_healthy": option.get("keep_healthy") or 0,
-                       "drain_timeout": 60.0 if option.get("drain_timeout") is None else option["drain_timeout"],
-                       "engine_state": engine_state}
+                       "timeout": given("timeout"), "drain_metric": option.get("drain_metric"),
+                       "drain_metrics_url": None, "keep_healthy": given("keep_healthy"),
+                       "drain_timeout": given("drain_timeout"), "engine_state": engine_state}
         self.kw = kw  # request, clock, sleep, poll (tests)
 
     @property
@@ -923,7 +924,6 @@ class Membership(object):
 
     def listed(self):
         """Whether every router lists the worker healthy (router type none: None, there is no list)."""
-        result = converge(dict(self.params, state="present"), check_mode=True, **self.kw)[0]
         if self.params["router_type"] == "none":
             return None
-        return not result["changed"]
+        return not converge(dict(self.params, state="present"), check_mode=True, **self.kw)[0]["changed"]
