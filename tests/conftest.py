@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,15 +30,14 @@ for _path in (os.path.join(ROOT, "collections"), SUPPORT):
 import fake_dcgmi  # noqa: E402  pylint: disable=wrong-import-position
 import fake_kernel_log  # noqa: E402  pylint: disable=wrong-import-position
 import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
+import ports  # noqa: E402  pylint: disable=wrong-import-position
 import pytest_gate  # noqa: E402  pylint: disable=wrong-import-position
+import reaper  # noqa: E402  pylint: disable=wrong-import-position
 # the gate's ceiling per test, floor and slow-test report, for every stage (tests/support/pytest_gate.py)
 from pytest_gate import pytest_addoption, pytest_collection_modifyitems  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
+# one port per test of the session, across the xdist workers (tests/support/ports.py)
+free_port = ports.free_port
 
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _is_check(rec):
@@ -95,7 +93,11 @@ def pytest_configure(config):
 
 @pytest.fixture
 def ansible_env(tmp_path):
-    """Environment for ansible-playbook: this repo's ansible.cfg, the test record callback."""
+    """Environment for ansible-playbook: this repo's ansible.cfg, the test record callback, and the test's scope.
+
+    Every process the test's playbooks start inherits the scope (tests/support/reaper.py): at the test's end,
+    whatever of them still runs is killed, and nothing else. That is the cleanup, instead of a stop.yml run."""
+    scope = "%d-%d" % (os.getpid(), time.monotonic_ns())
     env = dict(os.environ)
     env.update({
         "PATH": BIN + os.pathsep + env.get("PATH", ""),
@@ -106,12 +108,14 @@ def ansible_env(tmp_path):
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "INFEROPS_TEST_RECORD": str(tmp_path / "record.jsonl"),
+        reaper.SCOPE_KEY: scope,
     })
     if os.environ.get("INFEROPS_TEST_PROFILE_DIR"):
         # tools/task_profile.py: the wall time of every task of every playbook run, to find where the gate goes
         env["ANSIBLE_CALLBACK_PLUGINS"] += os.pathsep + os.path.join(ROOT, "benchmarks", "callback")
         env["ANSIBLE_CALLBACKS_ENABLED"] += ",task_wall"
-    return env
+    yield env
+    reaper.reap(scope)
 
 
 @pytest.fixture

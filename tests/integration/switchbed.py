@@ -124,8 +124,8 @@ def switch(run_playbook, fleet):
             extra_vars["variant"] = variant
         env = dict(fleet.gpus.env, **kw.pop("env", {}))
         return run_playbook(playbook, extra_vars=extra_vars, inventory=fleet.inventory, env=env, **kw)
-    yield run
-    run(playbook=STOP)  # leave nothing running
+    # what the runs leave running is killed at the test's end (conftest ansible_env, tests/support/reaper.py)
+    return run
 
 
 def gpu_check_of(run):

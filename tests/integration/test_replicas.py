@@ -29,15 +29,11 @@ from switchbed import PLAY, STOP, SUPPORT
 
 import sglang_router  # tests/support (on sys.path through tests/conftest.py)
 from closed_loop import Load  # tests/support too
+from ports import free_port  # tests/support: one port per test of the session, across workers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAMES = ("r0", "r1", "r2", "r3")
 
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def replica_command(step_ms, mode=None, engine="sglang"):
@@ -104,18 +100,6 @@ class Host(object):
     def urls(self):
         return sorted("http://127.0.0.1:%d" % self.ports[name] for name in self.names)
 
-    def cleanup(self):
-        """Leave nothing running: stop.yml (without the router), then any pid a state file still names."""
-        self.router_url = None
-        self.write()
-        self.play(None, playbook=STOP)
-        for pid in self.pids().values():
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-
 
 def listed(router_url):
     """The router's workers: {url: is_healthy}."""
@@ -135,7 +119,8 @@ def router(tmp_path):
 
 @pytest.fixture
 def replicas(fake_gpus, tmp_path, run_playbook):
-    """make(router_url=None, names=NAMES) -> a Host on 8 fake GPUs; every host is stopped afterwards."""
+    """make(router_url=None, names=NAMES) -> a Host on 8 fake GPUs. What its runs leave running is killed at
+    the test's end (conftest ansible_env, tests/support/reaper.py)."""
     made = []
 
     def make(router_url=None, names=NAMES, **kw):
@@ -144,9 +129,7 @@ def replicas(fake_gpus, tmp_path, run_playbook):
         host = Host(where, run_playbook, router_url=router_url, names=names, **kw)
         made.append(host)
         return host
-    yield make
-    for host in made:
-        host.cleanup()
+    return make
 
 
 def started_behind(router, replicas):

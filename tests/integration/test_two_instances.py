@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +22,13 @@ import urllib.request
 
 import pytest
 import yaml
+from ports import free_port  # tests/support: one port per test of the session, across workers
 from switchbed import PLAY, STOP, SUPPORT, flat, port_owner, stand_in
 
 from ansible_collections.inferops.serving.plugins.module_utils import _marker, _procs
 
 GPUS = {"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]}
 
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def vllm_like(port, step_ms):
@@ -112,7 +107,7 @@ class Instance(object):
 @pytest.fixture
 def host(tmp_path, fake_gpus, run_playbook):
     """Instances on one host: host.instance(name, ...) declares one, host.play(inst, ...) runs a playbook
-    for it; everything is stopped at the end."""
+    for it; everything its runs start is killed at the end."""
 
     class Host(object):
         made = []
@@ -133,9 +128,8 @@ def host(tmp_path, fake_gpus, run_playbook):
             assert run.rc == 0, run.stdout[-3000:]
             return inst.serving(variant)
 
-    yield Host()
-    for inst in reversed(Host.made):
-        run_playbook(STOP, inventory=str(inst.inventory), env=fake_gpus.env)
+    # what the instances leave running is killed at the test's end (conftest ansible_env, tests/support/reaper.py)
+    return Host()
 
 
 def observed(label, **pids):

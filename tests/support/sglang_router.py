@@ -34,10 +34,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
+
+from ports import free_port  # noqa: F401 (tests/support: one port per test of the session, across workers)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -81,11 +82,6 @@ def available(kind="sglang"):
     """Whether build/router-venv(-KIND) holds the router (make router-env)."""
     return os.access(command(kind)[0], os.X_OK) and os.path.isfile(os.path.join(VENVS[kind], ".installed"))
 
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Router(object):
