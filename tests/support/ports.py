@@ -7,7 +7,8 @@ A port from bind(("127.0.0.1", 0)) is free when asked, not when used: a test tak
 first and starts them seconds later, and meanwhile another worker's router asked the kernel too and got
 one of them ("port 41401 ... is taken by pid 9667 (sglang::router), which is not instance 'rep.r1'"). Every
 port handed out is claimed by creating a file of that name (O_EXCL: one winner) in a directory shared by the
-session's workers (PYTEST_XDIST_TESTRUNUID), so no two tests of one run get the same port.
+session's workers (PYTEST_XDIST_TESTRUNUID), or by every stage of one `make test` (tools/gate.py's GATE_DIR:
+the stages of a group run at once), so no two tests of one run get the same port.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import tempfile
 
 
 def _registry():
-    session = os.environ.get("PYTEST_XDIST_TESTRUNUID") or "pid%d" % os.getpid()
-    path = os.path.join(tempfile.gettempdir(), "inferops-test-ports", session)
+    if os.environ.get("GATE_DIR"):  # tools/gate.py's run: shared by the stages of a group too (fleet beside core-latest)
+        path = os.path.join(os.environ["GATE_DIR"], "ports")
+    else:
+        session = os.environ.get("PYTEST_XDIST_TESTRUNUID") or "pid%d" % os.getpid()
+        path = os.path.join(tempfile.gettempdir(), "inferops-test-ports", session)
     os.makedirs(path, exist_ok=True)
     return path
 
