@@ -39,7 +39,6 @@ from pytest_gate import pytest_addoption, pytest_collection_modifyitems  # noqa:
 free_port = ports.free_port
 
 
-
 def _is_check(rec):
     """An inference_server state=checked call (the end-of-run check)."""
     result = rec.get("result") or {}

@@ -35,7 +35,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NAMES = ("r0", "r1", "r2", "r3")
 
 
-
 def replica_command(step_ms, mode=None, engine="sglang"):
     """One command for every replica: {port} is each instance's own (inference_server replaces it). engine: the
     stand-in answers as SGLang (sglang:num_running_reqs) or vLLM (vllm:num_requests_running)."""

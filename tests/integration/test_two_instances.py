@@ -30,7 +30,6 @@ from ansible_collections.inferops.serving.plugins.module_utils import _marker, _
 GPUS = {"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]}
 
 
-
 def vllm_like(port, step_ms):
     return stand_in(port, step_ms) + ["--engine", "vllm"]
 

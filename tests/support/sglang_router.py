@@ -83,7 +83,6 @@ def available(kind="sglang"):
     return os.access(command(kind)[0], os.X_OK) and os.path.isfile(os.path.join(VENVS[kind], ".installed"))
 
 
-
 class Router(object):
     """A running router: url, its pid, the log; workers() reads its listing; stop() ends it by pid."""
 
