@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import time
 
 import pytest
 import yaml
+from ports import free_port  # tests/support: one port per gate run, the stages beside it included
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPPORT = os.path.join(ROOT, "tests", "support")
@@ -216,12 +216,6 @@ class Fleet(object):
         for host in self.hosts:
             set_link(host.veth, "up")
             kill_engines(host.netns)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,17 +28,12 @@ import yaml
 
 import sglang_router  # tests/support (on sys.path through tests/conftest.py)
 from closed_loop import Load  # tests/support too
+from ports import free_port  # tests/support too: one port per gate run, the stages beside it included
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPPORT = os.path.join(ROOT, "tests", "support")
 ROLLOUT = os.path.join(ROOT, "playbooks", "rollout.yml")
 SWITCH = os.path.join(ROOT, "playbooks", "switch_variant.yml")
 NAMES = ("r0", "r1")
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def kill_stand_ins(netns):

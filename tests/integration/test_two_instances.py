@@ -109,12 +109,8 @@ def host(tmp_path, fake_gpus, run_playbook):
     for it; everything its runs start is killed at the end."""
 
     class Host(object):
-        made = []
-
         def instance(self, name, gpus=None, port=None, **kw):
-            inst = Instance(tmp_path, fake_gpus, name, port or free_port(), gpus or GPUS[name], **kw)
-            self.made.append(inst)
-            return inst
+            return Instance(tmp_path, fake_gpus, name, port or free_port(), gpus or GPUS[name], **kw)
 
         def play(self, inst, variant=None, playbook=PLAY, **kw):
             extra = {"bench": "never"}

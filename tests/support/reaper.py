@@ -22,29 +22,18 @@ import time
 SCOPE_KEY = "INFEROPS_TEST_SCOPE"
 
 
+def _procs():
+    """The collection's /proc reader (alive, environ_has), imported at first use: imported while conftest loads,
+    it broke the collection loader ("collection metadata was not loaded for collection inferops.serving")."""
+    from ansible_collections.inferops.serving.plugins.module_utils import _procs as procs  # pylint: disable=import-outside-toplevel
+    return procs
+
+
 def _scoped(token):
-    """The pids whose environment holds SCOPE_KEY=token (this process never)."""
-    wanted = ("%s=%s" % (SCOPE_KEY, token)).encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % entry, "rb") as handle:
-                if wanted in handle.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:  # gone meanwhile, or a kernel thread
-            continue
-    return found
-
-
-def _gone(pid):
-    """Exited: no such process, or a zombie nobody has reaped yet (it holds no port and no GPU)."""
-    try:
-        with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+    """The live pids whose environment holds SCOPE_KEY=token (this process never); a zombie holds no port or GPU."""
+    procs = _procs()
+    return [pid for pid in (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+            if pid != os.getpid() and procs.environ_has(pid, SCOPE_KEY, token) and procs.alive(pid)]
 
 
 def reap(token, timeout=10.0):
@@ -52,7 +41,7 @@ def reap(token, timeout=10.0):
     killed = []
     deadline = time.monotonic() + timeout
     while True:
-        alive = [pid for pid in _scoped(token) if not _gone(pid)]
+        alive = _scoped(token)
         if not alive:
             return killed
         if time.monotonic() > deadline:
@@ -64,5 +53,5 @@ def reap(token, timeout=10.0):
                 continue
             killed.append(pid)
         # a process being killed may have just started another one: wait for these, then scan again
-        while any(not _gone(pid) for pid in alive) and time.monotonic() < deadline:
+        while any(_procs().alive(pid) for pid in alive) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -13,6 +13,8 @@ import time
 
 import reaper  # tests/support, on sys.path through tests/conftest.py
 
+from ansible_collections.inferops.serving.plugins.module_utils import _procs
+
 # a detached process (its own session, like an engine under its watchdog) that starts a grandchild and waits
 SPAWNER = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
 
@@ -39,7 +41,7 @@ def test_the_scope_is_killed_with_what_it_started_and_nothing_else():
         killed = reaper.reap("unit-a")
         assert sorted(killed) == sorted([mine.pid, grandchild])
         assert mine.wait(5) == -9
-        assert reaper._gone(grandchild)  # pylint: disable=protected-access
+        assert not _procs.alive(grandchild)
         assert other.poll() is None and none.poll() is None, "another scope and no scope are left alone"
         assert reaper.reap("unit-a") == [], "a second reap finds nothing"
     finally:
