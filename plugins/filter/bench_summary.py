@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _results_collect, _results_history
+from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import LazyModule
+
+# Imported on first use: Ansible loads every filter file to find one filter (plugin_utils/_lazy.py).
+_results_collect = LazyModule("_results_collect")
+_results_history = LazyModule("_results_history")
 
 
 def bench_summary(result, host=None):

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _compare, _compare_schedule
+from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import LazyModule
+
+# Imported on first use: Ansible loads every filter file to find one filter (plugin_utils/_lazy.py).
+_compare = LazyModule("_compare")
+_compare_schedule = LazyModule("_compare_schedule")
+# stands for a default that lives in a module not imported yet
+_DEFAULT = object()
 
 
 def compare_variants(results, host, order, objective_metric=None, slo_attainment=None, compare_order=None, sequential=None):
@@ -39,8 +45,11 @@ def _number(value):
         return value
 
 
-def compare_until_plan(repeats, max_repeats, budget_s, min_effect=_compare_schedule.MIN_EFFECT, order="interleaved"):
-    """compare_until: decided, checked: {first_look, max_rounds, looks, budget_s, min_effect} (_compare_schedule.until_plan)."""
+def compare_until_plan(repeats, max_repeats, budget_s, min_effect=_DEFAULT, order="interleaved"):
+    """compare_until: decided, checked: {first_look, max_rounds, looks, budget_s, min_effect} (_compare_schedule.until_plan).
+    min_effect not given: _compare_schedule.MIN_EFFECT."""
+    if min_effect is _DEFAULT:
+        min_effect = _compare_schedule.MIN_EFFECT
     try:
         return _compare_schedule.until_plan(_whole(repeats), _whole(max_repeats), _number(budget_s), _number(min_effect), order)
     except _compare.CompareError as exc:

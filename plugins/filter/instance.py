@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _replicas, _variants
+from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import LazyModule
+
+# Imported on first use: Ansible loads every filter file to find one filter (plugin_utils/_lazy.py).
+_replicas = LazyModule("_replicas")
+_variants = LazyModule("_variants")
 
 
 def _call(name, func, *args):

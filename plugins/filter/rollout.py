@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _rollout
+from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import LazyModule
+
+# Imported on first use: Ansible loads every filter file to find one filter (plugin_utils/_lazy.py).
+_rollout = LazyModule("_rollout")
 
 
 def _facts(hosts, hostvars, name):

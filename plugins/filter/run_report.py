@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _run_report
+from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import LazyModule
+
+# Imported on first use: Ansible loads every filter file to find one filter (plugin_utils/_lazy.py).
+_run_report = LazyModule("_run_report")
 
 
 def final_check(checks, membership=None, router=None):

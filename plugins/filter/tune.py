@@ -10,7 +10,13 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _results_history, _tune
+from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import LazyModule
+
+# Imported on first use: Ansible loads every filter file to find one filter (plugin_utils/_lazy.py).
+_results_history = LazyModule("_results_history")
+_tune = LazyModule("_tune")
+# stands for a default that lives in a module not imported yet
+_DEFAULT = object()
 
 
 def _count(filter_name, what, value):
@@ -23,7 +29,10 @@ def _count(filter_name, what, value):
         raise AnsibleFilterError("%s: %s must be a whole number, got %r" % (filter_name, what, value))
 
 
-def tune_candidates(catalog, base, grid, max_candidates=_tune.DEFAULT_MAX_CANDIDATES):
+def tune_candidates(catalog, base, grid, max_candidates=_DEFAULT):
+    """The candidates of a tune grid; max_candidates not given: _tune.DEFAULT_MAX_CANDIDATES."""
+    if max_candidates is _DEFAULT:
+        max_candidates = _tune.DEFAULT_MAX_CANDIDATES
     max_candidates = _count("tune_candidates", "max_candidates (tune_max_candidates)", max_candidates)
     try:
         return _tune.candidates(catalog, base, grid, max_candidates)

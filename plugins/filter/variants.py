@@ -12,7 +12,10 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _variants
+from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import LazyModule
+
+# Imported on first use: Ansible loads every filter file to find one filter (plugin_utils/_lazy.py).
+_variants = LazyModule("_variants")
 
 
 def resolve_variant(catalog, name, engine=None, model=None):
