@@ -662,7 +662,6 @@ def test_a_second_run_during_a_drain_is_refused_naming_the_holder_and_no_request
         router, replicas, ansible_env, tmp_path):
     import threading
     host = two_behind(router, replicas)
-    r0 = "http://127.0.0.1:%d" % host.ports["r0"]
     streamed = []
     host.write(serving_drain_timeout=60)
     # one stream straight to r0 of 12000 tokens at 2 ms each: the drain waits about 24 s for it
