@@ -55,11 +55,11 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 # own row), the load average at the start, the tests each pytest stage ran against its floor (tests/floor.txt)
 # and every test over 60 s. Each pytest stage prints its 25 slowest tests (tests/support/pytest_gate.py).
 # A group a+b runs its stages at the same time: lint and the two sanity runs (each one process, in their own
-# copies of the tree), Molecule and AWX (their own ports and build directories), the fleet and core-latest (the
-# fleet's hosts are network namespaces whose tests kill only their own processes, and it kept the 2 cores 57 %
-# busy alone: core-latest's workers fill the rest). The ports every test takes are handed out once per gate run
-# (tests/support/ports.py), so two stages of a group never share one.
-GATE_STAGES := gate-setup lint+sanity+sanity-latest units conformance integration molecule+awx test-fleet+test-core-latest
+# copies of the tree), Molecule and AWX (their own ports and build directories). The fleet and core-latest
+# run one after the other: beside the fleet, core-latest's benchmark assertions (throughput within 6 % of a
+# server of known timing) read 953.8 tok/s for 1024 and failed a gate. The ports every test takes are handed out
+# once per gate run (tests/support/ports.py), so two stages of a group never share one.
+GATE_STAGES := gate-setup lint+sanity+sanity-latest units conformance integration molecule+awx test-fleet test-core-latest
 test: ## everything CI runs, stage by stage, ending with the stage table (under 25 minutes on a quiet 2-core machine)
 	$(PYTHON) tools/gate.py $(GATE_STAGES)
 
