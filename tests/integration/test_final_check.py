@@ -4,7 +4,8 @@
 """Every run re-checks what it leaves serving (roles/serve_variant/tasks/final_check.yml): a switch of one
 replica, behind the real sglang-router, during which another replica is killed with SIGKILL, fails, naming
 the dead replica and how it ended (its watchdog's exit record); the replica switched serves the new variant.
-The hosts, stand-in engines and router are those of test_replicas.py."""
+The hosts, stand-in engines and router are those of test_replicas.py. A one-server host gets the same check:
+a benchmark of what serves, during which its engine is killed, fails naming it (switchbed's host)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import signal
 import threading
 import time
 
-from switchbed import STOP
+from switchbed import BENCH, STOP, fleet, started, switch  # noqa: F401 pylint: disable=unused-import
 
 from test_replicas import listed, replicas, router  # noqa: F401 (the fixtures) pylint: disable=unused-import
 
 from ansible_collections.inferops.serving.plugins.module_utils import _procs
+
+BENCH_MODULE = "AnsiballZ_throughput_bench"
 
 
 def kill_when_switched(host, victim, switched, before, done):
@@ -101,3 +104,51 @@ def test_a_run_that_leaves_every_replica_serving_passes_and_says_so(router, repl
     run = host.play(None, playbook=STOP)  # a stop leaves nothing recorded: nothing should serve, which passes
     assert run.rc == 0, run.stdout[-3000:]
     assert said(run) == ["rep.%s: nothing is recorded for it: nothing should serve" % name for name in ("r0", "r1")]
+
+
+def kill_during_bench(pid, done):
+    """SIGKILL pid once the benchmark module has run for 3 s (its async wrapper names it on its command line),
+    some requests served and more to come; returns a dict the caller reads after the run."""
+    killed = {}
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not done.is_set():
+            if any(BENCH_MODULE in p.cmdline for p in _procs.list_procs()):
+                time.sleep(3.0)
+                os.kill(pid, signal.SIGKILL)
+                killed["at"] = time.time()
+                return
+            time.sleep(0.05)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return killed, thread
+
+
+def test_a_bench_on_a_one_server_host_fails_when_its_engine_died_during_it(switch, fleet):  # noqa: F811 pylint: disable=redefined-outer-name
+    # one level of 24 requests of 64 tokens, 6 ms a token: about 10 s, and the engine dies 3 s into it
+    fleet.set_vars(serving_bench={"concurrency": [1], "requests_per_level": 24, "input_tokens": 8,
+                                  "output_tokens": 64, "warmup": 0})
+    record = started(switch, fleet, "slow")
+    done = threading.Event()
+    killed, thread = kill_during_bench(record["pid"], done)
+    try:
+        run = switch(playbook=BENCH)
+    finally:
+        done.set()
+        thread.join()
+    print("its end:\n%s" % run.stdout[-2500:])
+    assert killed, "the engine was killed during the benchmark"
+    assert run.rc != 0, "a run that leaves a dead engine fails"
+    bench = [r["result"] for r in run.results("async_status") if "results" in r["result"]][-1]
+    level = bench["results"][0]
+    assert 0 < level["completed"] < 24 and level["failed"] > 0, level  # it died during the benchmark
+    assert not _procs.alive(record["pid"]) and fleet.record()["pid"] == record["pid"]  # dead, as recorded
+    exit_record = json.loads((fleet.state_dir / "sv.exit.json").read_text())
+    assert exit_record["signal"] == "SIGKILL" and exit_record["pid"] == record["pid"]
+    expected = "instance sv (variant slow, pid %d) no longer runs: the engine was killed by SIGKILL at %s" % (
+        record["pid"], exit_record["ended_at"])
+    failed = [r["result"] for r in run.records if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["msg"] == "what this run leaves serving is not right: " + expected, failed
+    assert said(run) == ["sv: FAILED - " + expected]
+    assert _procs.listeners(fleet.port) == []  # nothing was started in its place: a check changes nothing
