@@ -87,8 +87,9 @@ check-units: setup
 check-smoke: setup router-env tiny-model
 	python -m pytest -q -p no:cacheprovider -n $(INTEGRATION_WORKERS) -m smoke --stage check-smoke tests/integration
 
-lint: setup ## ansible-lint, production profile
+lint: setup ## ansible-lint, production profile, and the changelog's fragments (antsibull-changelog)
 	ansible-lint --offline --profile production
+	antsibull-changelog lint
 
 sanity: setup ## ansible-test sanity on a copy of the tree
 	tools/ansible_test_sanity.sh $(SANITY_ROOT)

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 name: bench_facts
 type: aggregate
 short_description: Record every benchmark with its exact configuration, compare it with the last run, chart it
-version_added: 0.1.0
+version_added: 0.5.0
 description:
   - Collects every C(inferops.serving.throughput_bench) result of the playbook, called directly or
     through C(ansible.builtin.async_status), with the C(inferops.serving.gpu_idle_check) and
@@ -89,7 +89,6 @@ options:
         threshold alone against a window of fewer than 3 runs.
     type: bool
     default: false
-    version_added: 0.5.0
     env:
       - name: INFEROPS_FAIL_ON_UNCONFIRMED
     ini:
@@ -100,7 +99,6 @@ options:
       - How many earlier runs of the same level, bench settings and kind a run is judged against.
     type: int
     default: 5
-    version_added: 0.5.0
     env:
       - name: INFEROPS_REGRESSION_WINDOW
     ini:
@@ -113,7 +111,6 @@ options:
         comma-separated.
       - C(-e regression_ack=...) on the command line sets it too, and wins over the environment and ini.
     type: str
-    version_added: 0.5.0
     env:
       - name: INFEROPS_REGRESSION_ACK
     ini:

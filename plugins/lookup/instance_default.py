@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: instance_default
-version_added: 0.3.0
+version_added: 0.5.0
 short_description: The default of an instance parameter of inferops.serving.inference_server
 description:
   - Returns the default that M(inferops.serving.inference_server) applies to an instance parameter (C(state_dir),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: results_dir
-version_added: 0.3.0
+version_added: 0.5.0
 short_description: The directory where the bench_facts callback keeps its results
 description:
   - Returns the absolute directory where the C(inferops.serving.bench_facts) callback writes its run files,

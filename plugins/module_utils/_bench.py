@@ -29,7 +29,7 @@ import sys
 from ansible_collections.inferops.serving.plugins.module_utils import _metrics, _openai_stream as _stream
 
 CLIENT_NAME = "inferops.serving.throughput_bench"
-CLIENT_VERSION = "0.1.0"
+CLIENT_VERSION = "0.5.0"  # galaxy.yml's version: a module cannot read it on the target (tests/unit/test_version.py)
 LAG_PROBE_S = 0.005
 LAG_WARN_MS = 5.0
 WARMUP_WINDOW_ROUNDS = 2             # requests per worker in one steady-state warm-up window

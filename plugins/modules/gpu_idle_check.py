@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpu_idle_check
 short_description: Verify that every GPU is free, and reclaim leftovers of our inference engines
-version_added: 0.1.0
+version_added: 0.5.0
 description:
   - Checks every NVIDIA GPU of the host (or those listed in O(gpus)) until each one is clean or
     O(timeout) passes. A GPU is clean when no compute or graphics process holds it (on the GPU

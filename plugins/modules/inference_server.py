@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: inference_server
 short_description: Run one inference engine variant as a supervised, fingerprinted, health-gated service
-version_added: 0.1.0
+version_added: 0.5.0
 description:
   - Launches SGLang, vLLM, TensorRT-LLM, C(transformers serve) or any command that serves the OpenAI
     API, as one instance O(name) per host, with an argv built from data (a list, never a shell string).
@@ -347,7 +347,6 @@ options:
         C(nothing was stopped) and the running server untouched.
       - Unset or V(0), memory is not checked.
     type: int
-    version_added: 0.4.0
   resolved_from:
     description:
       - How RV(resolved), the settings the engine really resolved, is read once the server is ready.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: router_worker
 short_description: Take one engine instance out of a router, wait until it is drained, and put it back
-version_added: 0.3.0
+version_added: 0.5.0
 description:
   - Adds one engine instance (a worker) to, or removes it from, one or more running routers through their
     worker API (C(GET /workers), C(POST /workers), C(DELETE /workers/...)), and waits until each router's

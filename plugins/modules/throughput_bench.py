@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: throughput_bench
 short_description: Measure an OpenAI-compatible streaming server, saying exactly what was measured
-version_added: 0.1.0
+version_added: 0.5.0
 description:
   - Runs a closed-loop load against an OpenAI-compatible server, one level per entry of
     O(concurrency), in order. A level has exactly that many workers, each on its own keep-alive
@@ -93,7 +93,6 @@ options:
       - A window that completes no request ends the warm-up (not steady); the measured requests show why.
     type: float
     default: 0.05
-    version_added: 0.4.0
   warmup_max_s:
     description:
       - Most seconds a level's warm-up may take, from its first warm-up request; no warm-up window starts after
@@ -101,7 +100,6 @@ options:
       - A positive number of seconds.
     type: float
     default: 120
-    version_added: 0.4.0
   api_key:
     description: Sent as C(Authorization Bearer) to the API endpoints.
     type: str
@@ -167,7 +165,6 @@ options:
         repeat (the M(inferops.serving.serve_variant) role's C(compare) and C(tune) entry points use it).
     type: int
     default: 1
-    version_added: 0.3.0
   metrics:
     description:
       - Write the benchmark's figures to an instance's metrics file for node_exporter's textfile collector
@@ -185,7 +182,6 @@ options:
       instance:
         description: The C(instance) label (the server's name); O(labels) give C(host), C(variant), C(engine), C(fingerprint).
         type: str
-    version_added: 0.4.0
 notes:
   - Run the benchmark client on a host with spare CPU. RV(client.loop_lag_ms) shows how late its own
     event loop ran (it includes up to 1 ms of timer granularity); RV(client.saturated) is true when the
@@ -252,7 +248,6 @@ elapsed_s:
   returned: always
   type: float
   sample: 93.4
-  version_added: 0.3.0
 error_kind:
   description:
     - Why the C(/v1/models) lookup failed, when it did; C(timeout) (no whole answer within its time),
@@ -261,7 +256,6 @@ error_kind:
   returned: when the model lookup failed
   type: str
   sample: timeout
-  version_added: 0.3.0
 url:
   description: The base URL benchmarked.
   returned: always
@@ -336,7 +330,6 @@ results:
           miss); null without O(slo).
       type: float
       sample: 0.94
-      version_added: 0.3.0
     ttft_ms:
       description: Time to first generated text, ms.
       type: dict
@@ -400,7 +393,6 @@ results:
           (the connections included).
       type: float
       sample: 4.2
-      version_added: 0.4.0
     steady:
       description:
         - Whether the level was measured at steady state, two successive warm-up windows agreeing within
@@ -408,14 +400,12 @@ results:
           (RV(results[].warmup_end) says which); null when the warm-up was off (O(warmup=0)).
       type: bool
       sample: true
-      version_added: 0.4.0
     warmup_end:
       description:
         - How the warm-up ended, V(steady), V(out_of_time) (O(warmup_max_s) ran out), V(nothing_completed) (a
           window completed no request) or V(off) (O(warmup=0)).
       type: str
       sample: steady
-      version_added: 0.4.0
     warmup_windows:
       description:
         - The output throughput (tokens/s) of each warm-up window, in order; null for a window that completed no
@@ -423,7 +413,6 @@ results:
       type: list
       elements: float
       sample: [812.4, 1630.2, 1641.0]
-      version_added: 0.4.0
     labels:
       description: O(labels), as given, with C(repeat) (the 0-based repeat index) when O(repeats) is 2 or more.
       type: dict
@@ -436,7 +425,7 @@ client:
     version:
       description: Client version.
       type: str
-      sample: 0.1.0
+      sample: 0.5.0
     loop_lag_ms:
       description: Per level, the distribution of the event loop's scheduling lag.
       type: list

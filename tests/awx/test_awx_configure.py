@@ -32,7 +32,7 @@ PLAYBOOK = os.path.join(ROOT, "playbooks", "awx_configure.yml")
 REAL_CATALOG = os.path.join(ROOT, "inventories", "example", "group_vars", "serving.yml")
 TOKEN = "inferops-test-token-not-a-secret"
 REQUIRED = {"awx_project_scm_url": "https://git.example.invalid/inferops/serving.git",
-            "awx_ee_image": "registry.example.invalid/inferops-serving-ee:0.1.0"}
+            "awx_ee_image": "registry.example.invalid/inferops-serving-ee:0.5.0"}
 TEMPLATES = {"Switch variant": "playbooks/switch_variant.yml", "Fleet rollout": "playbooks/rollout.yml",
              "Benchmark": "playbooks/bench.yml", "Stop and verify GPUs": "playbooks/stop.yml"}
 # the awx.awx argument-spec failures that must not appear: the tasks' parameters are valid

@@ -27,7 +27,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPPORT = os.path.join(ROOT, "tests", "support")
 sys.path.insert(0, SUPPORT)
-from bench_shapes import bench_result, level  # noqa: E402
+from bench_shapes import bench_result, galaxy_version, level  # noqa: E402
 
 CALLBACKS = "record,inferops.serving.bench_facts"
 
@@ -88,7 +88,7 @@ def test_gpu_check_only_run_writes_the_run_file(run_playbook, tmp_path):
     doc = json.load(open(run_file))
     check = doc["hosts"]["localhost"]["gpu_checks"][0]
     assert check["clean"] is True and check["gpus"] == [] and check["task"] == "Check GPUs"
-    assert doc["plays"] == ["GPU check"] and doc["ansible_version"] and doc["collection_version"] == "0.1.0"
+    assert doc["plays"] == ["GPU check"] and doc["ansible_version"] and doc["collection_version"] == galaxy_version()
     assert not (results / "history.jsonl").exists()  # no benchmark, no history line
     (report,) = glob.glob(str(results / "*.md"))
     assert "GPU check (Check GPUs): clean, 0 GPU(s)" in open(report).read()

@@ -12,6 +12,17 @@ These are test data for the bench_facts callback, not a stand-in for the benchma
 from __future__ import annotations
 
 import math
+import os
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def galaxy_version():
+    """The collection's version: galaxy.yml's (the one fact tests/unit/test_version.py holds the others to)."""
+    with open(os.path.join(ROOT, "galaxy.yml")) as handle:
+        return yaml.safe_load(handle)["version"]
 
 
 def _dist(value):
@@ -43,4 +54,4 @@ def level(concurrency, step_ms=10.0, ttft_ms=50.0, k=1, n_out=256, n_in=128, req
 def bench_result(concurrencies=(1, 4, 16), **kwargs):
     """A whole throughput_bench return value: one level per concurrency, and the client block."""
     return {"changed": False, "results": [level(c, **kwargs) for c in concurrencies],
-            "client": {"name": "inferops.serving", "version": "0.1.0"}}
+            "client": {"name": "inferops.serving", "version": galaxy_version()}}

@@ -16,7 +16,7 @@ from ansible_collections.inferops.serving.plugins.plugin_utils import (
     _results_charts, _results_collect, _results_common, _results_history, _results_regressions, _results_report, _results_run)
 from ansible_collections.inferops.serving.plugins.plugin_utils import _compare as cmp
 
-from bench_shapes import bench_result, level
+from bench_shapes import bench_result, galaxy_version, level
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 LATER = NOW + datetime.timedelta(hours=1)
@@ -256,7 +256,7 @@ def test_run_document_carries_everything():
     run = _results_run.run_document(col, "r", NOW, "/p/bench.yml", "2.19.14", 10.0, [])
     assert run["variants"] == ["base", "eagle"] and run["fingerprints"] == {"base": ["fb"], "eagle": ["fe"]}
     assert run["plays"] == ["Bench"] and run["ansible_version"] == "2.19.14"
-    assert run["collection_version"] == "0.1.0"
+    assert run["collection_version"] == _results_run.collection_version() == galaxy_version()
     host = run["hosts"]["h"]
     assert host["gpu_checks"][0]["gpus"][0]["name"] == "NVIDIA H200"
     assert host["servers"][0]["ready_s"] == 41.5
