@@ -101,8 +101,9 @@ options:
       xid_fatal:
         description:
           - The Xid codes that make a GPU unhealthy; any other code in the window warns.
-          - Unset, the codes whose immediate action in NVIDIA's Xid catalog is a GPU reset or a reboot (48, 61, 62,
-            63, 64, 74, 79, 92, 95, 119, 120, 136, 140, 143, 154). 94 (contained ECC, restart the application) warns.
+          - Unset, the codes whose immediate action in NVIDIA's Xid catalog is a GPU reset or a reboot (46, 48, 62,
+            64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 144-151, 155, 156, 158). 94 (contained ECC,
+            restart the application), 63 (a row remap event: a pending remap blocks on its own) and 92 warn.
         type: list
         elements: int
       nvlink_errors_max:

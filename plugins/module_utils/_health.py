@@ -25,14 +25,17 @@ import tempfile
 import time
 
 # The blocking Xids: NVIDIA's Xid catalog, https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html,
-# column "Resolution Bucket (Immediate Action)": the codes whose action is RESET_GPU, RESTART_VM or RESTART_BM
-# (a reset or a reboot: a new server on that GPU fails or computes wrong) and that apply to A100/H100/B100.
-# Codes whose action is RESTART_APP (8, 13, 31, 43, 94 contained ECC, ...) only end the application that
-# hit them: they warn and do not block. 48 double-bit ECC, 61/62 internal micro-controller halt, 63/64 row remap
-# pending/failed, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate, 95 uncontained ECC,
-# 119/120 GSP RPC timeout/error, 136/140 ECC unrecovered, 143 GPU initialisation failure, 154 GPU recovery
-# action changed (reset or reboot required).
-DEFAULT_XID_FATAL = [48, 61, 62, 63, 64, 74, 79, 92, 95, 119, 120, 136, 140, 143, 154]
+# column "Resolution Bucket (Immediate Action)" (cross-read with NVIDIA/NVSentinel's
+# distros/kubernetes/nvsentinel/charts/gpu-health-monitor/xiderrorsmapping.csv at 6f8b0fcf, which agrees on every
+# code here): the codes whose action is RESET_GPU (46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156,
+# 158), RESTART_VM (151) or RESTART_BM (79), and the workflows that end in a reset or a reboot: 48 double-bit ECC,
+# 74 NVLink, 144-150 NVLink5. A new server on such a GPU fails or computes wrong until then.
+# Not blocking: RESTART_APP (8, 13, 31, 94 contained ECC: only the application that hit it ends), IGNORE (43,
+# 63 row remap event: the pending remap itself blocks through remapped_rows.pending, _gpu.py; 92 high single-bit
+# rate; 121, 152, 153, 157), 45 (the application's own teardown), 61 (unused on A100 and later), 154
+# (informational: it reports the recovery action of another Xid, judged by that Xid's own code).
+DEFAULT_XID_FATAL = [46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 144, 145, 146, 147, 148, 149,
+                     150, 151, 155, 156, 158]
 
 ARGUMENT_SPEC = dict(
     xid=dict(type="str", default="check", choices=["check", "require", "skip"]),

@@ -158,6 +158,9 @@ def test_nvml_reads_the_bus_id_pcie_link_and_nvlink_counters():
     assert read["nvlink"] == {"replay": 1, "recovery": 2, "crc": 8}
 
 
-def test_the_default_fatal_list_blocks_the_issue_codes_and_not_94():
+def test_the_default_fatal_list_is_the_catalogs_reset_and_reboot_codes():
     fatal = _health.settings(None)["xid_fatal"]
-    assert set([48, 63, 64, 74, 79, 95, 119, 120]) <= set(fatal) and 94 not in fatal
+    # the reset and reboot buckets of NVIDIA's Xid catalog block; restart-the-application and ignore do not
+    assert set([46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 151, 155, 156, 158]) <= set(fatal)
+    assert set(range(144, 151)) <= set(fatal)
+    assert not set([8, 13, 31, 43, 45, 61, 63, 92, 94, 121, 152, 153, 154, 157]) & set(fatal)
