@@ -130,8 +130,10 @@ _OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w.-]*)")
 # rich and argparse wrap help to the terminal: a wide one keeps every option whole
 _HELP_ENV = {"COLUMNS": "400", "TERM": "dumb", "NO_COLOR": "1"}
 # what a cached help record holds; another format is another cache key, and a record of another format is
-# read again, never misread (format 1 had only "flags": a cache of it would check no value)
-HELP_FORMAT = 2
+# read again, never misread (format 1 had only "flags": a cache of it would check no value; format 2 had no
+# "defaults", which _resolved reads for transformers)
+HELP_FORMAT = 3
+HELP_TIMEOUT = 120  # seconds for an engine's --help (transformers' imports torch: 5-15 s)
 
 # What a --help says of an option's value, in the shapes the engines print (all read with COLUMNS=400; an
 # option's own line is never wrapped by argparse or click, only its help text is):
@@ -221,6 +223,79 @@ def value_specs(text):
     return dict((option, spec) for option, spec in specs.items() if spec and option not in clashes)
 
 
+# A click help's defaults: "[default: 8000]", "[default: no-compile]" (a flag off)
+_DEFAULT = re.compile(r"\[default:\s*([^\]]*)\]")
+
+
+def option_dest(option):
+    """The destination an option sets: --cb-max-memory-percent -> cb_max_memory_percent."""
+    return option.lstrip("-").replace("-", "_")
+
+
+def typed_value(text, kind):
+    """text as kind ("int", "float"; any other kind, or text that is no such number: the text)."""
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        pass
+    return text
+
+
+def help_defaults(text):
+    """`transformers serve --help` (typer / click) -> {dest: {"default": value, "flag": bool, "type": str,
+    "options": [spellings]}}. A bool option (--compile / --no-compile) has default True or False ([default:
+    no-compile] is False), or None when the help shows no default; a valued option its [default: X] as int,
+    float or text, else None. Wrapped help lines are joined (a default cut at a hyphen, `[default: no-` then
+    `enable-cors]`, included); the Formatting options section (the CLI's own output) and --help are left out."""
+    entries, section, current = [], None, None
+    for raw in (text or "").splitlines():
+        line = raw.rstrip()
+        bare = line.lstrip(" ")
+        if bare and bare[0] in _BOX:  # "│ --device TEXT   where to run   │"
+            line = bare[1:].rstrip(" " + _BOX)
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        stripped = line.strip()
+        if indent == 0 and stripped.endswith(":"):
+            section, current = stripped[:-1], None
+            continue
+        if stripped.startswith("\u256d") or stripped.startswith("\u2570"):  # rich panel top / bottom
+            title = stripped.strip("\u256d\u256e\u2570\u256f\u2500 ")
+            section, current = title or section, None
+            continue
+        if indent <= 6 and stripped.startswith("-"):
+            current = {"section": section, "text": stripped}
+            entries.append(current)
+        elif current is not None:
+            joiner = "" if current["text"].endswith("-") and not current["text"].endswith(" -") else " "
+            current["text"] += joiner + stripped
+    out = {}
+    for entry in entries:
+        if entry["section"] and "format" in entry["section"].lower():
+            continue
+        invocation = re.split(r"\s{2,}", entry["text"])[0]
+        parts = [p.strip() for p in re.split(r" / |, ", invocation)]
+        options = [p.split()[0] for p in parts if p.startswith("--")]
+        if not options or options[0] == "--help":
+            continue
+        metavar = parts[0].split()[1] if len(parts[0].split()) > 1 else None
+        flag = " / " in invocation and metavar is None
+        found = _DEFAULT.search(entry["text"])
+        shown = found.group(1).strip() if found else None
+        if flag:
+            default = None if shown is None else not shown.lstrip("-").startswith("no-")
+            kind = "bool"
+        else:
+            kind = _CLICK_TYPES.get(metavar, "str")
+            default = None if shown is None else typed_value(shown, kind)
+        out[option_dest(options[0])] = {"default": default, "flag": flag, "type": kind, "options": options}
+    return out
+
+
 def _help_cache_key(help_argv, version, env):
     exe = shutil.which(help_argv[0]) or help_argv[0]
     try:
@@ -232,27 +307,40 @@ def _help_cache_key(help_argv, version, env):
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
 
 
-def read_help(help_argv, env, version, run, cache_dir, create=True):
-    """What the engine's own --help says (cached per launcher and version in cache_dir): ({"flags": the long
-    options it lists, "values": value_specs}, None), or (None, why) when the help could not be read."""
-    path = os.path.join(cache_dir, "%s.json" % _help_cache_key(help_argv, version, env))
+def _cached_help(path):
+    """The help record cached at path, or None when there is none of this format."""
     try:
         with open(path) as handle:
             record = json.load(handle)
-        if record["format"] == HELP_FORMAT and isinstance(record["flags"], list) and isinstance(record["values"], dict):
-            return record, None
+        if record["format"] == HELP_FORMAT and all(isinstance(record[key], kind) for key, kind in (
+                ("flags", list), ("values", dict), ("defaults", dict))):
+            return record
     except (IOError, OSError, ValueError, KeyError, TypeError):
         pass
+    return None
+
+
+def read_help(help_argv, env, version, run, cache_dir, create=True):
+    """What the engine's own --help says, read once per launcher and version and cached in cache_dir: the
+    preflight's flags and values, and the defaults _resolved reports for an engine that resolves nothing it can
+    be asked (transformers). ({"flags": the long options it lists, "values": value_specs, "defaults":
+    help_defaults}, None), or (None, why) when the help could not be read. cache_dir None: read, never cached."""
+    path = os.path.join(cache_dir, "%s.json" % _help_cache_key(help_argv, version, env)) if cache_dir else None
+    record = _cached_help(path) if path else None
+    if record is not None:
+        return record, None
     call_env = dict(env)
     call_env.update(_HELP_ENV)
-    rc, out, err = run(help_argv, environ_update=call_env, expand_user_and_vars=False)
+    limit = shutil.which("timeout")
+    argv = ([limit, "--kill-after=5", str(HELP_TIMEOUT)] if limit else []) + list(help_argv)
+    rc, out, err = run(argv, environ_update=call_env, expand_user_and_vars=False)
     flags = sorted(set(m.rstrip(".-") for m in _OPTION.findall(out or "")) - {"--"})
     if rc != 0 or len(flags) < 3:
         tail = " ".join(((err or "") + " " + (out or "")).split())[-300:]
         return None, "%s exited %s listing %d flags: %s" % (" ".join(help_argv), rc, len(flags), tail)
     record = {"format": HELP_FORMAT, "argv": help_argv, "version": version, "flags": flags,
-              "values": value_specs(out)}
-    if create:
+              "values": value_specs(out), "defaults": help_defaults(out)}
+    if create and path:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
         _supervisor.write_atomic(path, json.dumps(record, sort_keys=True) + "\n")
     return record, None

@@ -45,13 +45,11 @@ import json
 import math
 import os
 import re
-import shutil
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _http
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _fingerprint, _http, _preflight
 
 MASK = _fingerprint.MASK
 READ_TIMEOUT = 10.0  # seconds for each HTTP read (SGLang's /server_info asks every scheduler for its state)
-HELP_TIMEOUT = 120  # seconds for `transformers serve --help` (it imports torch: 5-15 s)
 BODY_MAX = 8 * 1024 * 1024  # bytes of a /server_info or /metrics answer
 LOG_SCAN_MAX = 32 * 1024 * 1024  # bytes of the engine log searched for vLLM's non-default args
 LINE_MAX = 1024 * 1024  # bytes of one log line
@@ -63,7 +61,6 @@ DROP = ("internal_states",)  # per-scheduler state (SGLang): large, changes with
 PER_LAUNCH = ("random_seed", "port", "host", "nccl_port", "dist_init_addr", "startup_time", "launch_command",
               "served_model_name", "model_path", "model", "tokenizer_path", "engine")
 KINDS = ("auto", "sglang", "vllm", "transformers", "none")
-HELP_ENV = {"COLUMNS": "400", "TERM": "dumb", "NO_COLOR": "1"}
 
 # ---------------------------------------------------------------------------------------------------
 # redaction
@@ -172,10 +169,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 NON_DEFAULT = "non-default args: "
 
 
-def _split_top(text):
-    """The top-level items of a Python literal's body (between its outer braces), split at commas outside
-    brackets and quotes."""
-    items, depth, quote, start, i = [], 0, None, 0, 0
+def _top_level(text, separator):
+    """The indexes of separator in text outside brackets and quotes (a backslash escapes inside quotes)."""
+    depth, quote, i = 0, None, 0
     while i < len(text):
         ch = text[i]
         if quote:
@@ -189,34 +185,22 @@ def _split_top(text):
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
+        elif ch == separator and depth == 0:
+            yield i
         i += 1
-    items.append(text[start:])
-    return [item.strip() for item in items if item.strip()]
+
+
+def _split_top(text):
+    """The top-level items of a Python literal's body (between its outer braces), split at commas outside
+    brackets and quotes."""
+    cuts = [-1] + list(_top_level(text, ",")) + [len(text)]
+    items = [text[start + 1:end].strip() for start, end in zip(cuts, cuts[1:])]
+    return [item for item in items if item]
 
 
 def _colon(item):
     """Index of the first colon of a dict item outside quotes and brackets, or -1."""
-    depth, quote, i = 0, None, 0
-    while i < len(item):
-        ch = item[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == ":" and depth == 0:
-            return i
-        i += 1
-    return -1
+    return next(_top_level(item, ":"), -1)
 
 
 # an enum's repr, <DynamicShapesType.BACKED: 'backed'> (vLLM's compilation_config): its value stands for it
@@ -323,79 +307,6 @@ def info_labels(text, metric="vllm:cache_config_info"):
     return dict((k, label_value(v)) for k, v in first.items() if k != "engine" and not k.startswith("_"))
 
 
-_DEFAULT = re.compile(r"\[default:\s*([^\]]*)\]")
-_BOX = "\u2502\u2503\u2551"
-_CLICK_INT = ("INTEGER", "INT")
-_CLICK_FLOAT = ("FLOAT",)
-
-
-def _dest(option):
-    return option.lstrip("-").replace("-", "_")
-
-
-def help_defaults(text):
-    """`transformers serve --help` (typer / click) -> {dest: {"default": value, "flag": bool, "type": str,
-    "options": [spellings]}}. A bool option (--compile / --no-compile) has default True or False ([default:
-    no-compile] is False), or None when the help shows no default; a valued option its [default: X] as int,
-    float or text, else None. Wrapped help lines are joined (a default cut at a hyphen, `[default: no-` then
-    `enable-cors]`, included); the Formatting options section (the CLI's own output) and --help are left out."""
-    entries, section, current = [], None, None
-    for raw in (text or "").splitlines():
-        line = raw.rstrip()
-        bare = line.lstrip(" ")
-        if bare and bare[0] in _BOX:
-            line = bare[1:].rstrip(" " + _BOX)
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        stripped = line.strip()
-        if indent == 0 and stripped.endswith(":"):
-            section, current = stripped[:-1], None
-            continue
-        if stripped.startswith("\u256d") or stripped.startswith("\u2570"):  # rich panel top / bottom
-            title = stripped.strip("\u256d\u256e\u2570\u256f\u2500 ")
-            section, current = title or section, None
-            continue
-        if indent <= 6 and stripped.startswith("-"):
-            current = {"section": section, "text": stripped}
-            entries.append(current)
-        elif current is not None:
-            joiner = "" if current["text"].endswith("-") and not current["text"].endswith(" -") else " "
-            current["text"] += joiner + stripped
-    out = {}
-    for entry in entries:
-        if entry["section"] and "format" in entry["section"].lower():
-            continue
-        invocation = re.split(r"\s{2,}", entry["text"])[0]
-        parts = [p.strip() for p in re.split(r" / |, ", invocation)]
-        options = [p.split()[0] for p in parts if p.startswith("--")]
-        if not options or options[0] == "--help":
-            continue
-        metavar = parts[0].split()[1] if len(parts[0].split()) > 1 else None
-        flag = " / " in invocation and metavar is None
-        found = _DEFAULT.search(entry["text"])
-        shown = found.group(1).strip() if found else None
-        if flag:
-            default = None if shown is None else not shown.lstrip("-").startswith("no-")
-            kind = "bool"
-        else:
-            kind = "int" if metavar in _CLICK_INT else "float" if metavar in _CLICK_FLOAT else "str"
-            default = None if shown is None else _typed(shown, kind)
-        out[_dest(options[0])] = {"default": default, "flag": flag, "type": kind, "options": options}
-    return out
-
-
-def _typed(text, kind):
-    try:
-        if kind == "int":
-            return int(text)
-        if kind == "float":
-            return float(text)
-    except ValueError:
-        pass
-    return text
-
-
 def transformers_settings(spec, argv, model=None):
     """The settings of `transformers serve` (the defaults in spec, help_defaults) with argv (its flags after
     `transformers serve MODEL`) over them, and force_model the model; (settings, the names argv set)."""
@@ -420,9 +331,9 @@ def transformers_settings(spec, argv, model=None):
                 value = inline if eq else (argv[i] if i < len(argv) else None)
                 if not eq:
                     i += 1
-                settings[dest] = _typed(value, item["type"]) if value is not None else None
+                settings[dest] = _preflight.typed_value(value, item["type"]) if value is not None else None
         else:  # not in its help: kept as given
-            dest = _dest(name)
+            dest = _preflight.option_dest(name)
             if eq:
                 settings[dest] = inline
             elif i < len(argv) and not argv[i].startswith("--"):
@@ -574,50 +485,16 @@ def read_vllm(host, port, log_path, offset, api_key=None, timeout=READ_TIMEOUT):
     return (settings if settings else None), "; ".join(problems) or None, given
 
 
-def _cache_path(state_dir, help_argv, version):
-    exe = shutil.which(help_argv[0]) or help_argv[0]
-    try:
-        stat = os.stat(exe)
-        identity = [os.path.realpath(exe), stat.st_size, int(stat.st_mtime)]
-    except OSError:
-        identity = [exe]
-    key = hashlib.sha256(_fingerprint.canonical([help_argv, identity, version, 1]).encode("utf-8")).hexdigest()[:24]
-    return os.path.join(state_dir, "engine-defaults", "%s.json" % key)
-
-
 def transformers_spec(help_argv, env, version, run, state_dir=None):
-    """help_defaults of `transformers serve --help`, cached per launcher and version in
-    STATE_DIR/engine-defaults/ (the help imports torch: seconds)."""
-    path = _cache_path(state_dir, help_argv, version) if state_dir else None
-    if path:
-        try:
-            with open(path) as handle:
-                spec = json.load(handle)
-            if isinstance(spec, dict) and spec:
-                return spec
-        except (OSError, ValueError):
-            pass
-    argv = list(help_argv)
-    limit = shutil.which("timeout")
-    if limit:
-        argv = [limit, "--kill-after=5", str(HELP_TIMEOUT)] + argv
-    call_env = dict(env or {})
-    call_env.update(HELP_ENV)
-    rc, out, err = run(argv, environ_update=call_env, expand_user_and_vars=False)
-    spec = help_defaults(out)
-    if rc != 0 or len(spec) < 3:
-        raise ValueError("%s exited %s listing %d options: %s" % (" ".join(help_argv), rc, len(spec),
-                                                                  " ".join(((err or "") + (out or "")).split())[-300:]))
-    if path:
-        try:
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            tmp = "%s.%d.tmp" % (path, os.getpid())
-            with open(tmp, "w") as handle:
-                json.dump(spec, handle, sort_keys=True)
-            os.replace(tmp, path)
-        except OSError:
-            pass
-    return spec
+    """help_defaults of `transformers serve --help`, from the record the preflight's flag check reads and caches
+    (_preflight.read_help, STATE_DIR/engine-flags/): one run of the help per launcher and version."""
+    cache_dir = os.path.join(state_dir, "engine-flags") if state_dir else None
+    record, why = _preflight.read_help(help_argv, env or {}, version, run, cache_dir)
+    if record is None:
+        raise ValueError(why)
+    if len(record["defaults"]) < 3:
+        raise ValueError("%s lists %d options with a default" % (" ".join(help_argv), len(record["defaults"])))
+    return record["defaults"]
 
 
 def read(params, launch, record, log_path, run=None, host=None):

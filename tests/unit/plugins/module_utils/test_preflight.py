@@ -23,6 +23,9 @@ from run_command import run_command
 from ansible_collections.inferops.serving.plugins.module_utils import (
     _engines, _marker, _preflight, _procs, _supervisor)
 
+# what runs an engine's --help: coreutils' timeout around it, where there is one
+TIMEOUT = [shutil.which("timeout"), "--kill-after=5", str(_preflight.HELP_TIMEOUT)] if shutil.which("timeout") else []
+
 
 # -- the preflight ----------------------------------------------------------------------------------
 
@@ -105,7 +108,7 @@ def test_flag_problems_run_the_engines_help_once_and_cache_it(tmp_path):
     assert problems == ["engine sglang 0.5.23 does not accept --cuda-graph-max-bs: it is ambiguous (it abbreviates "
                         "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill) (set flag_check: false in the "
                         "variant if its --help is incomplete)"]
-    assert how["checked"] and calls[0][0] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--help"]
+    assert how["checked"] and calls[0][0] == TIMEOUT + ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--help"]
     assert calls[0][1]["SGLANG_X"] == "1"  # the variant's environment
     again, dummy = _preflight.flag_problems(adapter, params, launch, "0.5.23", run)
     assert again == problems and len(calls) == 1  # cached per launcher and version
@@ -340,12 +343,13 @@ def test_accepted_flags_reads_the_help_once_per_launcher_and_version(tmp_path):
     flags, why = _preflight.accepted_flags(["serve", "--help"], {"HF_HOME": "/h"}, "5.24", run, str(cache))
     assert (flags, why) == (HELP_FLAGS, None)
     argv, env, expand = run.calls[0]
-    assert argv == ["serve", "--help"] and expand is False
+    assert argv == TIMEOUT + ["serve", "--help"] and expand is False  # a hung --help is killed, never waited on
     assert env == {"HF_HOME": "/h", "COLUMNS": "400", "TERM": "dumb", "NO_COLOR": "1"}  # a wide, plain help
     assert stat.S_IMODE(os.stat(str(cache)).st_mode) == 0o700
     [name] = os.listdir(str(cache))
-    assert json.loads((cache / name).read_text()) == {"format": 2, "argv": ["serve", "--help"], "version": "5.24",
-                                                      "flags": HELP_FLAGS, "values": {}}
+    record = json.loads((cache / name).read_text())
+    assert record == {"format": 3, "argv": ["serve", "--help"], "version": "5.24", "flags": HELP_FLAGS, "values": {},
+                      "defaults": _preflight.help_defaults(HELP)}
     assert _preflight.accepted_flags(["serve", "--help"], {"HF_HOME": "/h"}, "5.24", run, str(cache)) == (
         HELP_FLAGS, None)
     assert len(run.calls) == 1  # from the cache

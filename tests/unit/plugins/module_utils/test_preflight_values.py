@@ -280,7 +280,7 @@ def test_the_cache_holds_the_values_and_an_older_format_is_read_again(tmp_path, 
     run = HelpRun(SGLANG_0523)
     cache = tmp_path / "engine-flags"
     record, why = _preflight.read_help(["python3", "--help"], {}, "0.5.23", run, str(cache))
-    assert why is None and record["format"] == _preflight.HELP_FORMAT == 2
+    assert why is None and record["format"] == _preflight.HELP_FORMAT == 3
     [name] = os.listdir(str(cache))
     stored = json.loads((cache / name).read_text())
     assert stored["values"]["--quantization"]["choices"][0] == "awq" and "--tp-size" in stored["flags"]
@@ -290,7 +290,7 @@ def test_the_cache_holds_the_values_and_an_older_format_is_read_again(tmp_path, 
     (cache / name).write_text(json.dumps({"argv": ["python3", "--help"], "version": "0.5.23",
                                           "flags": stored["flags"]}))
     assert _preflight.read_help(["python3", "--help"], {}, "0.5.23", run, str(cache))[0] == record
-    assert run.calls == 2 and json.loads((cache / name).read_text())["format"] == 2
+    assert run.calls == 2 and json.loads((cache / name).read_text())["format"] == 3
     # and format 1's own file is another file: never found, never misread
     monkeypatch.setattr(_preflight, "HELP_FORMAT", 1)
     assert _preflight._help_cache_key(["python3", "--help"], "0.5.23", {}) + ".json" != name

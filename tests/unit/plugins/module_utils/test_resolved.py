@@ -20,7 +20,7 @@ import pytest
 import stand_in
 
 stand_in.importable()
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _resolved  # noqa: E402
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _preflight, _resolved  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 RESOLVED = os.path.join(ROOT, "tests", "support", "resolved")
@@ -273,7 +273,7 @@ def transformers_help():
 
 
 def test_transformers_help_defaults():
-    spec = _resolved.help_defaults(transformers_help())
+    spec = _preflight.help_defaults(transformers_help())
     defaults = dict((k, v["default"]) for k, v in spec.items())
     assert defaults["device"] == "auto" and defaults["dtype"] == "auto" and defaults["port"] == 8000
     assert defaults["model_timeout"] == 300  # its default wrapped onto the next line
@@ -288,16 +288,16 @@ def test_transformers_help_wrapped_and_in_a_rich_panel():
     narrow = ("Options:\n  --enable-cors / --no-enable-cors\n                                  Enable permissive "
               "CORS.  [default: no-\n                                  enable-cors]\n  --port INTEGER  Port.  "
               "[default:\n                  8000]\n  --x FLOAT  X.  [default: 0.5]\n")
-    spec = _resolved.help_defaults(narrow)
+    spec = _preflight.help_defaults(narrow)
     assert spec["enable_cors"]["default"] is False and spec["port"]["default"] == 8000 and spec["x"]["default"] == 0.5
     rich = ("\u256d\u2500 Options \u2500\u2500\u256e\n\u2502 --device   TEXT  Device.  [default: auto] \u2502\n"
             "\u2502 --compile / --no-compile  Compile.  [default: compile] \u2502\n\u2570\u2500\u2500\u256f\n")
-    spec = _resolved.help_defaults(rich)
+    spec = _preflight.help_defaults(rich)
     assert spec["device"]["default"] == "auto" and spec["compile"]["default"] is True
 
 
 def test_transformers_settings_are_the_defaults_with_the_argv_over_them():
-    spec = _resolved.help_defaults(transformers_help())
+    spec = _preflight.help_defaults(transformers_help())
     settings, given = _resolved.transformers_settings(
         spec, ["--device", "cpu", "--no-compile", "--continuous-batching", "--port=8001", "--cb-max-memory-percent",
                "0.5", "--new-flag", "v"], model="/models/tiny")
@@ -325,3 +325,24 @@ def test_read_transformers_runs_its_help_once_per_launcher_and_version(tmp_path)
     failing = _resolved.read(dict(params, state_dir=str(tmp_path / "other")), launch, {}, "",
                              run=lambda argv, **kw: (1, "", "boom"))
     assert "exited 1" in failing["error"] and "settings" not in failing
+
+
+def test_the_preflight_and_the_resolved_settings_share_one_run_of_the_help(tmp_path):
+    """A switch's flag check (preflight) and its report of what transformers resolved (_resolved) read one
+    cached help record: the engine's --help runs once per launcher and version, not once for each."""
+    calls = []
+
+    def run(argv, **kw):
+        calls.append(argv)
+        return 0, transformers_help(), ""
+    params = {"engine": "transformers", "model": "/m", "host": "127.0.0.1", "port": 8000, "engine_args": {"device": "cpu"},
+              "executable": "/opt/venv/bin/transformers", "state_dir": str(tmp_path), "env": {}}
+    adapter = _engines.adapter("transformers")
+    launch = adapter.build(params)
+    problems, how = _preflight.flag_problems(adapter, params, launch, "5.24.0", run)
+    assert problems == [] and how["checked"] and len(calls) == 1
+    resolved = _resolved.read(params, launch, {"engine_version": "5.24.0"}, "", run=run)
+    assert len(calls) == 1, calls  # the record the preflight cached
+    assert resolved["settings"]["device"] == "cpu" and resolved["settings"]["port"] == 8000
+    [name] = os.listdir(str(tmp_path / "engine-flags"))
+    assert json.loads((tmp_path / "engine-flags" / name).read_text())["defaults"]["dtype"]["default"] == "auto"
