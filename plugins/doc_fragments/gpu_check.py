@@ -119,7 +119,8 @@ options:
         default: warn
       dcgm_diag:
         description:
-          - Run C(dcgmi diag -r LEVEL) on the GPUs of the check; V(0) runs none.
+          - Run C(dcgmi diag -r LEVEL -j) (DCGM 3 or 4) on the GPUs of the check; V(0) runs none. A problem of
+            severity config or monitor (persistence mode off) warns; any other blocks its GPU.
           - Level V(1) (seconds) runs before the stop; level V(2) (about 2 minutes, wants idle GPUs) runs after the
             stop, which the run reports as downtime (C(health.dcgm) in the result of the check). M(inferops.serving.gpu_idle_check)
             runs either level.

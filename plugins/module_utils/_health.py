@@ -138,59 +138,87 @@ def read_kernel_log(run, since, boot=None):
     return None, None, "; ".join(whys)
 
 
-# `dcgmi diag -r N` prints a table (DCGM User Guide, "Diagnostics" / "Run Levels and Tests", DCGM 3.x):
-#   | Diagnostic                | Result                                         |
-#   |-----  Deployment  --------+------------------------------------------------|
-#   | Denylist                  | Pass                                           |
-#   | PCIe                      | Fail - GPU: 1                                  |
-#   | Warning                   | GPU 1 GPU 1 PCIe link width x8 below x16 ...   |
-#   | Memory                    | Pass - All                                     |
-_DIAG_ROW = re.compile(r"^\|\s*([^|]*?)\s*\|\s*([^|]*?)\s*\|\s*$")
+# `dcgmi diag -r N -j` prints JSON, read here rather than the table: only the JSON carries each problem's
+# severity, and the table's shape changed between DCGM 3 and 4 while the JSON's keys stayed. The two shapes
+# (NVIDIA/DCGM, dcgmi/Diag.cpp and nvvs/include/NvvsJsonStrings.h at 3.3.9 b0ec3c6 and 4.6.0 51b65cc):
+#   DCGM 4: {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": "memory",
+#           "results": [{"entity_group": "GPU", "entity_id": 1, "status": "Fail", "warnings": [{"warning": "...",
+#           "error_id": 58, "error_category": 10, "error_severity": 2}]}], "test_summary": {...}}]}]}}
+#   DCGM 3: {"DCGM GPU Diagnostic": {... the same, but a result names its GPU as "gpu_id": "1" (a string; the
+#           level-1 tests give it only beside an error, and write the message under "warnings")}}
+#   either: {"...": {"runtime_error": "...", "version": "..."}} when the diagnostic could not run.
+# A result's status is not the GPU's: the memory test sets one status for all the GPUs it ran on (DCGM 4.6.0
+# nvvs/plugin_src/memory/memory.cpp), and a warning makes every GPU of the software test "Fail"; the problems
+# are told by the warnings, each tied to its GPU.
+# The severities (dcgmlib/dcgm_errors.h dcgmErrorSeverity_t): 0 NONE, 1 MONITOR ("can perform workload, but
+# needs to be monitored"), 5 CONFIG ("can be configured": persistence mode off) warn; 2 ISOLATE, 3 UNKNOWN,
+# 4 TRIAGE, 6 RESET (drain and reset) block, as does a warning without a severity.
+DCGM_ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
+DCGM_WARN_SEVERITIES = (0, 1, 5)
 
 
-def parse_dcgm_diag(text, indices):
-    """{index: [failure messages]} for the GPUs in indices that a test failed ("All" names each of them)."""
-    failed = {}
-    test, last_failed = None, []
-    for line in (text or "").splitlines():
-        row = _DIAG_ROW.match(line.strip())
-        if not row or row.group(1).startswith("-----") or row.group(1) == "Diagnostic":
-            continue
-        name, result = row.groups()
-        if name and name != "Warning":
-            test = name
-        if name == "Warning" or (not name and last_failed):
-            for index in last_failed:
-                failed.setdefault(index, []).append("%s: %s" % (test, result))
-            continue
-        last_failed = []
-        if not result.lower().startswith("fail"):
-            continue
-        gpus = re.search(r"GPUs?:\s*([\d,\s]+)", result)
-        named = [int(g) for g in re.findall(r"\d+", gpus.group(1))] if gpus else list(indices)
-        last_failed = [i for i in named if i in indices]
-        for index in last_failed:
-            failed.setdefault(index, []).append("%s failed" % test)
-    return failed
+def _dcgm_gpus(result, indices):
+    """The GPUs of indices a result of either shape is about: the one it names, none when it names another
+    entity (a CPU), all of them when it names none."""
+    if "entity_id" in result:
+        named = [result["entity_id"]] if result.get("entity_group", "GPU") == "GPU" else []
+    elif result.get("gpu_id") is not None:
+        try:
+            named = [int(result["gpu_id"])]
+        except (TypeError, ValueError):
+            named = list(indices)
+    else:
+        named = list(indices)
+    return [index for index in named if index in indices]
+
+
+def parse_dcgm_json(text, indices):
+    """`dcgmi diag -j` (DCGM 3 or 4) -> ({index: [blocking problems]}, {index: [warnings]}, runtime error or
+    None) for the GPUs in indices. A problem tied to no GPU is each GPU's. ValueError: no diagnostic JSON."""
+    doc = json.loads(text)
+    root = next((doc[key] for key in DCGM_ROOTS if isinstance(doc, dict) and key in doc), None)
+    if not isinstance(root, dict):
+        raise ValueError("no %s object" % " or ".join(repr(k) for k in DCGM_ROOTS))
+    failed, warned = {}, {}
+    for category in root.get("test_categories") or []:
+        for test in category.get("tests") or []:
+            name, told = test.get("name", "?"), False
+            for result in test.get("results") or []:
+                for warning in result.get("warnings") or []:
+                    msg = " ".join(str(warning.get("warning") or warning.get("warnings") or "(no message)").split())
+                    into = warned if warning.get("error_severity") in DCGM_WARN_SEVERITIES else failed
+                    for index in _dcgm_gpus(result, indices):
+                        into.setdefault(index, []).append("%s: %s" % (name, msg))
+                    told = True
+            if not told:  # a failure that says nothing: each GPU whose result failed
+                for result in test.get("results") or []:
+                    if str(result.get("status", "")).lower() == "fail":
+                        for index in _dcgm_gpus(result, indices):
+                            failed.setdefault(index, []).append("%s failed" % name)
+    return failed, warned, root.get("runtime_error") or None
 
 
 def run_dcgm_diag(run, level, indices, required):
-    """({index: [messages]}, note or None, seconds): dcgmi diag -r level on indices; a missing dcgmi is a note
-    (an error message in the first value's None key with required)."""
+    """({index: [blocking problems]}, {index: [warnings]}, [errors], note or None, seconds): dcgmi diag -r level
+    -j on indices. A missing dcgmi is a note (an error with required); a diagnostic that could not run, or an
+    answer that is no diagnostic, is an error."""
     exe = shutil.which("dcgmi")
     if exe is None:
         why = "dcgmi is not on PATH (DCGM not installed): the level %d diagnostic was not run" % level
         if required:
-            return {None: [why + " and health.dcgm is require"]}, None, 0.0
-        return {}, why, 0.0
+            return {}, {}, [why + " and health.dcgm is require"], None, 0.0
+        return {}, {}, [], why, 0.0
     began = time.monotonic()
-    rc, out, err = run([exe, "diag", "-r", str(level), "-i", ",".join(str(i) for i in indices)])
+    rc, out, err = run([exe, "diag", "-r", str(level), "-i", ",".join(str(i) for i in indices), "-j"])
     took = round(time.monotonic() - began, 3)
-    failed = parse_dcgm_diag(out, indices)
-    if rc != 0 and not failed:
+    try:
+        failed, warned, runtime_error = parse_dcgm_json(out, indices)
+    except ValueError:
         text = " ".join((err or out or "").split())[:300]
-        return {None: ["dcgmi diag -r %d exited %d: %s" % (level, rc, text)]}, None, took
-    return failed, None, took
+        return {}, {}, ["dcgmi diag -r %d exited %d without a diagnostic: %s" % (level, rc, text)], None, took
+    if runtime_error:
+        return failed, warned, ["dcgmi diag -r %d could not run: %s" % (level, runtime_error)], None, took
+    return failed, warned, [], None, took
 
 
 class Record(object):
@@ -336,14 +364,16 @@ def assess(gpus, health, run, phase="before", write=True, now=None, boot=None):
     # DCGM's diagnostic
     level = health["dcgm_diag"]
     if level and gpus and level in {"before": (1,), "after": (2,), "standalone": (1, 2)}[phase]:
-        failed, note, took = run_dcgm_diag(run, level, [g["index"] for g in gpus], health["dcgm"] == "require")
+        failed, warned, errors, note, took = run_dcgm_diag(run, level, [g["index"] for g in gpus],
+                                                           health["dcgm"] == "require")
         out["dcgm"] = {"level": level, "seconds": took, "phase": phase}
         if note:
             out["notes"].append(note)
-        out["errors"].extend(failed.pop(None, []))
+        out["errors"].extend(errors)
         for gpu in gpus:
-            for msg in failed.get(gpu["index"], []):
-                _signal(gpu, "dcgm", "block", "dcgmi diag -r %d: %s" % (level, msg))
+            for level_of, found in (("block", failed), ("warn", warned)):
+                for msg in found.get(gpu["index"], []):
+                    _signal(gpu, "dcgm", level_of, "dcgmi diag -r %d: %s" % (level, msg))
     for gpu in gpus:
         for sig in gpu["health"]["signals"]:
             where = "GPU %d (PCI %s)" % (gpu["index"], gpu.get("pci_bus_id") or "?")

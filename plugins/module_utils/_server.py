@@ -219,14 +219,29 @@ def membership(ctx):
     return _router.Membership(option, url_of(ctx.params["host"], ctx.params["port"]), ctx.sup.store.path)
 
 
+def _after_preflight(survey, check):
+    """The GPU check after the stop, with what the preflight's health read found before it: its warnings (a DCGM
+    level-1 warning is only found there) and its DCGM run, so that the call tells them once the switch is done."""
+    before = (survey or {}).get("health") or {}
+    if not before or not isinstance(check, dict):
+        return check
+    health = dict(check.get("health") or {})
+    earlier = list(before.get("warnings") or [])
+    health["warnings"] = earlier + [w for w in health.get("warnings") or [] if w not in earlier]
+    if not health.get("dcgm") and before.get("dcgm"):
+        health["dcgm"] = before["dcgm"]
+    return dict(check, health=health)
+
+
 def _outcome(ctx, data, starter, diff):
     """(changed, result, diff) from a switch's journal, or the ServerError that says how it failed."""
     result = ctx.result
     result["switch"] = {"id": data.get("id"), "pid": data.get("pid"), "phase": data.get("phase")}
-    for key in ("stopped_pids", "stopped_exit", "gpu_check", "log_tail", "log_file", "restored", "exit", "listed",
-                "router_steps"):
+    for key in ("stopped_pids", "stopped_exit", "log_tail", "log_file", "restored", "exit", "listed", "router_steps"):
         if data.get(key) is not None:
             result[key] = data[key]
+    if data.get("gpu_check") is not None:
+        result["gpu_check"] = _after_preflight(result.get("gpu_check"), data["gpu_check"])
     for key in ("reason", "recovered"):
         if not result.get(key) and data.get(key):
             result[key] = data[key]

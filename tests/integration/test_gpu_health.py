@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from switchbed import PLAY, engines, flat, fleet, observed, started, switch, untouched  # noqa: F401 pylint: disable=unused-import
+from switchbed import PLAY, engines, flat, fleet, observed, serving, started, switch, untouched  # noqa: F401 pylint: disable=unused-import
 
 from ansible_collections.inferops.serving.plugins.module_utils import _procs
 
@@ -81,27 +81,36 @@ def test_a_narrowed_pcie_link_refuses_the_switch_with_fail(switch, fleet):
     assert "x8 below its maximum x16" in flat(run)
 
 
-def test_dcgm_level_1_refuses_before_the_stop(switch, fleet):
+def test_dcgm_level_1_refuses_before_the_stop_and_a_configuration_warning_does_not(switch, fleet):
     fleet.gpus.install_dcgmi()
     with_health(fleet, dcgm_diag=1)
-    before = started(switch, fleet)
-    fleet.gpus.state["dcgm_fail"] = {"Inforom": [2]}
+    # persistence mode off (severity CONFIG: "can be configured"): DCGM 4 exits 226, and the switch goes on
+    fleet.gpus.state["dcgm_warn"] = {"software": [2]}
+    fleet.gpus.save()
+    run = switch("fast", extra={"bench": "never"})
+    assert run.rc == 0, flat(run)[-3000:]
+    warned = "GPU 2 (PCI %s) dcgm: dcgmi diag -r 1: software: Persistence mode for GPU 2 is disabled" % BUS_2
+    health = [r["result"]["gpu_check"]["health"] for r in run.results("inference_server") if r["result"].get("gpu_check")]
+    assert health[-1]["dcgm"]["phase"] == "before" and any(w.startswith(warned) for w in health[-1]["warnings"])
+    assert warned in " ".join(run.stderr.split()), run.stderr[-2000:]  # the call's [WARNING]
+    before = serving(fleet, "fast")
+    fleet.gpus.state["dcgm_fail"] = {"software": [2]}  # severity ISOLATE: the GPU cannot take the workload
     fleet.gpus.save()
     run = refused(switch, fleet, before, "dcgm")
-    assert "dcgmi diag -r 1: Inforom failed" in flat(run)
-    assert all(call[:3] == ["diag", "-r", "1"] for call in fleet.gpus.dcgmi_calls())
+    assert "dcgmi diag -r 1: software: software check failed on GPU 2 (fake DCGM)" in flat(run)
+    assert all(call[:3] == ["diag", "-r", "1"] and call[-1] == "-j" for call in fleet.gpus.dcgmi_calls())
 
 
 def test_dcgm_level_2_after_the_stop_starts_nothing_and_ends_restore_failed(switch, fleet):
     fleet.gpus.install_dcgmi()
     with_health(fleet, dcgm_diag=2)
     before = started(switch, fleet)
-    fleet.gpus.state["dcgm_fail"] = {"PCIe": [2]}
+    fleet.gpus.state.update(dcgm_fail={"memory": [2]}, dcgm_shape=3)  # DCGM 3's JSON
     fleet.gpus.save()
     run = switch("slow")
     out = flat(run)
     assert run.rc != 0 and "RESTORE FAILED" in out, out[-3000:]
-    assert "GPU 2 (" in out and "PCI %s" % BUS_2 in out and "dcgm: dcgmi diag -r 2: PCIe failed" in out
+    assert "GPU 2 (" in out and "PCI %s" % BUS_2 in out and "dcgm: dcgmi diag -r 2: memory: memory check failed on GPU 2" in out
     assert not _procs.alive(before["pid"]) and engines(fleet) == {}  # nothing started on the sick GPU
     assert fleet.record() is None
     observed("dcgm level 2 after the stop (old pid %d)" % before["pid"], run, fleet)

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""GPU health signals: Xid lines matched by bus id in a window, NVLink growth, the PCIe link, dcgmi's table."""
+"""GPU health signals: Xid lines matched by bus id in a window, NVLink growth, the PCIe link, dcgmi's diagnostic."""
 
 from __future__ import annotations
 
@@ -119,23 +119,66 @@ def test_a_narrow_pcie_link_warns_by_default_and_a_lower_generation_is_a_note(se
     assert any("trains its generation down" in note for note in report["notes"])
 
 
-DIAG = """Successfully ran diagnostic for group.
-+---------------------------+------------------------------------------------+
-| Diagnostic                | Result                                         |
-+===========================+================================================+
-|-----  Deployment  --------+------------------------------------------------|
-| Denylist                  | Pass                                           |
-| Inforom                   | Fail - GPU: 1                                  |
-| Warning                   | GPU 1 inforom corrupted                        |
-|-----  Hardware  ----------+------------------------------------------------|
-| GPU Memory                | Fail - All                                     |
-+---------------------------+------------------------------------------------+
-"""
+# DCGM 4.6.0's `dcgmi diag -r 2 -j` (dcgmi/Diag.cpp 1056-1303, testing/python3/dcgm_diag_schema.json): the
+# memory test failed on GPU 1 and set both GPUs' status to Fail; persistence mode off on GPU 0 (severity CONFIG)
+DIAG_4 = {"DCGM Diagnostic": {"test_categories": [
+    {"category": "Deployment", "tests": [{"name": "software", "results": [
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Fail", "warnings": [
+            {"error_category": 8, "error_id": 29, "error_severity": 5,
+             "warning": "Persistence Mode: Persistence mode for GPU 0 is disabled."}]},
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 1, "status": "Fail"}],
+        "test_summary": {"status": "Fail"}}]},
+    {"category": "Hardware", "tests": [{"name": "memory", "results": [
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Fail"},
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 1, "status": "Fail", "warnings": [
+            {"error_category": 10, "error_id": 58, "error_severity": 2,
+             "warning": "A memory mismatch was detected on GPU 1, but no error was reported by CUDA or NVML."}]}],
+        "test_summary": {"status": "Fail"}}]},
+    {"category": "Integration", "tests": [{"name": "pcie", "results": [
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Pass"},
+        {"entity_group": "CPU", "entity_group_id": 7, "entity_id": 1, "status": "Fail", "warnings": [
+            {"error_severity": 2, "warning": "a CPU's, not a GPU's"}]}]}]}]}}
+# DCGM 3.3.9's (dcgmi/Diag.cpp HelperJsonAddResult, HelperJsonAddBasicTests): "gpu_id" a string; a level-1 test
+# names its GPU only beside an error and writes the message under "warnings"
+DIAG_3 = {"DCGM GPU Diagnostic": {"test_categories": [
+    {"category": "Deployment", "tests": [
+        {"name": "Denylist", "results": [{"status": "Pass"}]},
+        {"name": "Inforom", "results": [{"status": "Fail", "gpu_id": 1, "warnings": [
+            {"warnings": "inforom corrupted on GPU 1", "error_id": 12, "error_category": 15, "error_severity": 2}]}]}]},
+    {"category": "Hardware", "tests": [{"name": "GPU Memory", "results": [
+        {"gpu_id": "0", "status": "Pass"}, {"gpu_id": "1", "status": "Fail"}]}]}]}}
 
 
-def test_dcgmi_diag_table_names_the_failed_gpus():
-    assert _health.parse_dcgm_diag(DIAG, [0, 1]) == {
-        1: ["Inforom failed", "Inforom: GPU 1 inforom corrupted", "GPU Memory failed"], 0: ["GPU Memory failed"]}
+def test_dcgm_4_json_blocks_the_isolate_problem_on_its_gpu_and_warns_on_a_config_one():
+    failed, warned, error = _health.parse_dcgm_json(json.dumps(DIAG_4), [0, 1])
+    assert failed == {1: ["memory: A memory mismatch was detected on GPU 1, but no error was reported by CUDA or NVML."]}
+    assert warned == {0: ["software: Persistence Mode: Persistence mode for GPU 0 is disabled."]}
+    assert error is None  # GPU 0's shared "Fail" status blocks nothing: the warnings tell who failed
+
+
+def test_dcgm_3_json_and_a_failure_that_says_nothing():
+    failed, warned, error = _health.parse_dcgm_json(json.dumps(DIAG_3), [0, 1])
+    assert failed == {1: ["Inforom: inforom corrupted on GPU 1", "GPU Memory failed"]} and warned == {}
+    assert _health.parse_dcgm_json(json.dumps(DIAG_3), [0])[0] == {}  # GPU 1 is not in the scope
+
+
+def test_dcgm_that_could_not_run_or_answered_no_diagnostic(monkeypatch):
+    monkeypatch.setattr(_health.shutil, "which", lambda name: "/usr/bin/dcgmi")
+    gone = {"DCGM Diagnostic": {"runtime_error": "Unable to connect to the host engine", "version": "4.6.0"}}
+    run = Run(dcgmi=(226, json.dumps(gone), ""))
+    assert _health.run_dcgm_diag(run, 1, [0], False)[2] == [
+        "dcgmi diag -r 1 could not run: Unable to connect to the host engine"]
+    assert run.calls == [["/usr/bin/dcgmi", "diag", "-r", "1", "-i", "0", "-j"]]
+    run = Run(dcgmi=(1, "Error: unable to establish a connection to the specified host: localhost", ""))
+    assert _health.run_dcgm_diag(run, 2, [0, 1], False)[2] == [
+        "dcgmi diag -r 2 exited 1 without a diagnostic: Error: unable to establish a connection to the specified "
+        "host: localhost"]
+    run = Run(dcgmi=(205, json.dumps(DIAG_4), ""))  # exits 205 (ISOLATE), and the JSON says what and where
+    report = _health.assess([gpu(0, "00000000:18:00.0"), gpu(1, "00000000:3B:00.0")],
+                            {"xid": "skip", "dcgm_diag": 2}, run, phase="after", boot=BOOT)
+    assert report["errors"] == [] and report["dcgm"]["level"] == 2
+    assert any(w.startswith("GPU 0 (PCI 00000000:18:00.0) dcgm: dcgmi diag -r 2: software: Persistence")
+               for w in report["warnings"])
 
 
 def test_a_missing_dcgmi_is_a_note_or_with_require_an_error(monkeypatch):
