@@ -7,6 +7,8 @@ confidence intervals (compare_variants); what serves afterwards (compare_keep); 
 
 from __future__ import annotations
 
+import json
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import LazyModule
@@ -14,6 +16,7 @@ from ansible_collections.inferops.serving.plugins.plugin_utils._lazy import Lazy
 # Imported on first use: Ansible loads every filter file to find one filter (plugin_utils/_lazy.py).
 _compare = LazyModule("_compare")
 _compare_schedule = LazyModule("_compare_schedule")
+_results_history = LazyModule("_results_history")
 # stands for a default that lives in a module not imported yet
 _DEFAULT = object()
 
@@ -61,6 +64,22 @@ def compare_next(verdict, plan, rounds, elapsed_s):
     return _compare_schedule.next_step(verdict, plan, int(rounds), float(elapsed_s))
 
 
+def compare_expect(history_text, runs, host, variants, digest, plan):
+    """Before the first round: the rounds expected to fit in the budget, from the history's benchmarks and the run
+    files' engine loads (_compare_schedule.expected_rounds)."""
+    history = _results_history.parse_history(history_text) if isinstance(history_text, str) else history_text
+    documents = []
+    for run in runs or ():
+        if isinstance(run, str):
+            try:
+                run = json.loads(run)
+            except ValueError:
+                continue  # a run file cut short: it says nothing
+        if isinstance(run, dict):
+            documents.append(run)
+    return _compare_schedule.expected_rounds(history, documents, host, list(variants), digest, plan)
+
+
 def compare_keep(verdict, keep, order, before=None):
     return _compare.keep_plan(verdict, keep, list(order), before or None)
 
@@ -72,4 +91,5 @@ def slo_problems(slo, attainment):
 class FilterModule(object):
     def filters(self):
         return {"compare_variants": compare_variants, "compare_keep": compare_keep, "slo_problems": slo_problems,
-                "compare_schedule": compare_schedule, "compare_until_plan": compare_until_plan, "compare_next": compare_next}
+                "compare_schedule": compare_schedule, "compare_until_plan": compare_until_plan, "compare_next": compare_next,
+                "compare_expect": compare_expect}

@@ -262,7 +262,7 @@ options:
               - The Xid codes that make a GPU unhealthy; any other code in the window warns.
               - Unset, the codes whose immediate action in NVIDIA's Xid catalog is a GPU reset or a reboot (46, 48, 62,
                 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 144-151, 155, 156, 158). 94 (contained ECC,
-                restart the application), 63 (a row remap event: a pending remap blocks on its own) and 92 warn.
+                restart the application), 63 (a row remap event, while a pending remap blocks on its own) and 92 warn.
             type: list
             elements: int
           nvlink_errors_max:

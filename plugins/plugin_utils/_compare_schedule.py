@@ -119,3 +119,61 @@ def next_step(verdict, plan, rounds, elapsed_s):
     said = ", ".join("%s %s" % (name, verdict or "undecided") for name, verdict in decisions.items())
     return {"stop": why is not None, "why": why, "rounds": rounds, "decisions": decisions, "round_s": round_s, "fit": fit,
             "said": said or "no variant to decide"}
+
+
+def _last_bench_s(history, host, variant, digest):
+    """Seconds the newest measured repeat of variant took here with these benchmark settings (each level's
+    duration and warm-up), or None when the history holds none."""
+    repeats = {}
+    for rec in history or ():
+        labels = rec.get("labels") or {}
+        if rec.get("host") != host or rec.get("variant") != variant or labels.get("bench") != digest:
+            continue
+        if rec.get("duration_s") is not None:
+            repeats.setdefault((rec.get("run") or "", rec.get("repeat")), []).append(rec)
+    if not repeats:
+        return None
+    newest = max(repeats.values(), key=lambda recs: max(rec.get("time") or "" for rec in recs))
+    return sum(float(rec["duration_s"]) + float(rec.get("warmup_s") or 0.0) for rec in newest)
+
+
+def _last_load_s(runs, host, variant):
+    """Seconds the newest start of variant here took to be ready (the run files' servers), or None."""
+    found = None
+    for run in runs or ():
+        for server in ((run.get("hosts") or {}).get(host) or {}).get("servers") or ():
+            if server.get("variant") == variant and server.get("ready_s") is not None:
+                found = float(server["ready_s"])  # runs in time order: the newest wins
+    return found
+
+
+def expected_rounds(history, runs, host, variants, digest, plan):
+    """Before the first round: how many rounds are expected to fit in plan's budget, from what this host
+    measured before (the history's benchmarks with the same settings, the run files' engine loads). A round
+    serves each variant once: the first round starts every engine, a later one all but the variant that ended
+    the round before (schedule's reversal). {round_s, fit, missing (what was never measured), said}."""
+    missing, bench_s, load_s = [], 0.0, 0.0
+    for name in variants:
+        bench, load = _last_bench_s(history, host, name, digest), _last_load_s(runs, host, name)
+        if bench is None:
+            missing.append("%s's benchmark" % name)
+        if load is None:
+            missing.append("%s's engine load" % name)
+        bench_s += bench or 0.0
+        load_s += load or 0.0
+    if missing:
+        return {"round_s": None, "fit": None, "missing": missing,
+                "said": "no earlier measurement here of %s with these settings: how many rounds fit is said once the "
+                        "first round has measured them" % ", ".join(missing)}
+    later_load = load_s * (len(variants) - 1) / len(variants) if variants else 0.0
+    spent, fit = bench_s + load_s, 0
+    while fit < plan["max_rounds"] and spent <= plan["budget_s"]:
+        fit += 1
+        spent += bench_s + later_load
+    return {"round_s": bench_s + load_s, "fit": fit, "missing": [],
+            "said": "a first round is expected to take %.0f s (engine loads %.0f s, benchmarks %.0f s, as last measured "
+                    "here; each switch's own checks come on top), a later one %.0f s: about %d round(s) fit in the "
+                    "budget of %.0f s%s"
+                    % (bench_s + load_s, load_s, bench_s, bench_s + later_load, fit, plan["budget_s"],
+                       "" if fit >= plan["first_look"] else
+                       " - fewer than the %d before the first look: raise compare_budget_s" % plan["first_look"])}

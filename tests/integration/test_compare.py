@@ -15,6 +15,8 @@ import pytest
 
 from switchbed import ROOT, fake_engine, fleet, observed, serving, stand_in, switch  # noqa: F401 pylint: disable=unused-import
 
+from ansible_collections.inferops.serving.plugins.filter import compare as compare_filters
+
 COMPARE = os.path.join(ROOT, "playbooks", "compare.yml")
 TTFT_MS, TOKENS = 5.0, 16
 
@@ -209,10 +211,12 @@ def test_a_drift_reads_as_a_difference_in_blocked_order_and_not_interleaved(swit
 
 
 @pytest.mark.timeout(600)  # a long flow: several minutes on a loaded 2-core machine
-def test_compare_until_decided_stops_when_it_knows_and_says_why(switch, fleet):
+def test_compare_until_decided_stops_when_it_knows_and_says_why(switch, fleet, tmp_path):
     """compare_until=decided: interleaved rounds of fast4 and slow8 (twice as fast, known from their flags), the
     first look after 2 rounds, at most 6; it stops at the first look whose sequential interval decides, and the
-    verdict says the rounds and why. A blocked order with it is refused before any engine starts."""
+    verdict says the rounds and why. A blocked order with it is refused before any engine starts. Before its
+    first round, a run says how many rounds it expects to fit, from what the host measured before: nothing, on
+    a first run; what this run left in the history and run files (bench_facts), on the next."""
     fleet.add_variants({"fast4": {"command": stand_in(fleet.port, 4)}, "slow8": {"command": stand_in(fleet.port, 8)}})
     fleet.set_vars(serving_bench={"concurrency": [2], "requests_per_level": 4, "input_tokens": 8,
                                   "output_tokens": TOKENS, "warmup": 1})
@@ -222,8 +226,10 @@ def test_compare_until_decided_stops_when_it_knows_and_says_why(switch, fleet):
     assert "compare_until=decided runs interleaved rounds and stops between them: compare_order must be interleaved" \
         in refused.stdout
     assert refused.results("inference_server") == []  # refused before any engine started
+    results = tmp_path / "results"
+    env = {"INFEROPS_RESULTS_DIR": str(results), "ANSIBLE_CALLBACKS_ENABLED": "record,inferops.serving.bench_facts"}
     run = switch(playbook=COMPARE, extra={"variants": "slow8,fast4", "repeats": 2, "compare_until": "decided",
-                                          "compare_max_repeats": 6, "compare_budget_s": 600, "keep": "best"})
+                                          "compare_max_repeats": 6, "compare_budget_s": 600, "keep": "best"}, env=env)
     assert run.rc == 0, run.stdout[-4000:]
     lines = verdict_of(run)
     print("\n" + "\n".join(lines))
@@ -231,6 +237,9 @@ def test_compare_until_decided_stops_when_it_knows_and_says_why(switch, fleet):
             if ("Say the plan" in r["task"] or "Say where" in r["task"]) and "msg" in r["result"]]
     print("\n".join(said))
     assert said[0].startswith("compare localhost: until decided: the first look after 2 round(s), at most 6 (5 planned looks)")
+    assert said[0].endswith("no earlier measurement here of slow8's benchmark, slow8's engine load, fast4's benchmark, "
+                            "fast4's engine load with these settings: how many rounds fit is said once the first round "
+                            "has measured them"), said[0]
     stop = next(line for line in lines if "round(s), stopped:" in line)
     rounds = int(stop.split("ran ")[1].split()[0])
     assert 2 <= rounds <= 6 and "stopped: decided (every variant decided); fast4 faster;" in stop, stop
@@ -241,3 +250,12 @@ def test_compare_until_decided_stops_when_it_knows_and_says_why(switch, fleet):
     verdict = [r for r in run.results("set_fact") if "serve_variant_compare_sequential" in (r["result"].get("ansible_facts") or {})]
     assert verdict and verdict[-1]["result"]["ansible_facts"]["serve_variant_compare_sequential"]["rounds"] in (rounds, str(rounds))
     serving(fleet, "fast4")  # keep=best: the winner serves
+    # what the next run would expect, from what this one left: the real history and run files
+    history = (results / "history.jsonl").read_text()
+    digests = set(json.loads(line)["labels"]["bench"] for line in history.splitlines())
+    runs = [path.read_text() for path in sorted(results.glob("*.json"))]
+    plan = {"first_look": 2, "max_rounds": 6, "budget_s": 600.0}
+    expect = compare_filters.compare_expect(history, runs, "localhost", ["slow8", "fast4"], digests.pop(), plan)
+    print(expect["said"])
+    assert expect["missing"] == [] and not digests, expect
+    assert 0 < expect["round_s"] < 600 and 1 <= expect["fit"] <= 6, expect

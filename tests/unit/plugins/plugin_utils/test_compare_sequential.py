@@ -116,6 +116,50 @@ def optional_stopping(truth, cv, seed, confidence):
 
 
 @pytest.mark.slow_sim
+def _level(variant, run, repeat, conc, duration, warmup, host="h", bench="bench:1", time_="2026-12-06T10:00:00Z"):
+    return {"host": host, "variant": variant, "run": run, "repeat": repeat, "concurrency": conc, "duration_s": duration,
+            "warmup_s": warmup, "labels": {"bench": bench, "repeat": repeat}, "time": time_}
+
+
+def _run(host, *servers):
+    return {"hosts": {host: {"servers": [{"variant": v, "ready_s": s} for v, s in servers]}}}
+
+
+PLAN = {"first_look": 2, "max_rounds": 6, "budget_s": 200.0}
+
+
+def test_the_rounds_expected_to_fit_come_from_the_newest_loads_and_benchmarks_measured_here():
+    history = [
+        _level("a", "r1", 0, 1, 50.0, 0.0, time_="2026-12-06T09:00:00Z"),  # an older repeat: not the newest
+        _level("a", "r2", 1, 1, 3.0, 1.0, time_="2026-12-06T10:00:00Z"),
+        _level("a", "r2", 1, 8, 5.0, 1.0, time_="2026-12-06T10:00:09Z"),  # a: 10 s a repeat (levels and warm-ups)
+        _level("b", "r2", 1, 1, 4.0, 0.0), _level("b", "r2", 1, 8, 8.0, 0.0),  # b: 12 s
+        _level("b", "r3", 0, 1, 99.0, 0.0, bench="bench:other"),  # other settings
+        _level("b", "r3", 0, 1, 99.0, 0.0, host="other"),  # another host
+    ]
+    runs = [_run("h", ("a", 30.0), ("b", 40.0)), {"not": "a run"}, _run("h", ("a", 20.0)), _run("h", ("b", 25.0))]
+    got = _compare_schedule.expected_rounds(history, runs, "h", ["a", "b"], "bench:1", PLAN)
+    # first round: 22 s of benchmarks + 45 s of loads = 67 s; a later one starts one engine of two: 22 + 22.5
+    assert got["round_s"] == 67.0 and got["missing"] == []
+    assert got["fit"] == 3  # 67 + 44.5 + 44.5 = 156 s fits in 200 s; a fourth round (200.5 s) does not
+    assert got["said"] == ("a first round is expected to take 67 s (engine loads 45 s, benchmarks 22 s, as last "
+                           "measured here; each switch's own checks come on top), a later one 44 s: about 3 round(s) "
+                           "fit in the budget of 200 s")
+    short = _compare_schedule.expected_rounds(history, runs, "h", ["a", "b"], "bench:1", dict(PLAN, budget_s=100.0))
+    assert short["fit"] == 1 and short["said"].endswith(" - fewer than the 2 before the first look: raise compare_budget_s")
+    capped = _compare_schedule.expected_rounds(history, runs, "h", ["a", "b"], "bench:1", dict(PLAN, budget_s=1e6))
+    assert capped["fit"] == 6  # never more than max_rounds
+
+
+def test_a_variant_never_measured_here_leaves_the_estimate_to_the_first_round():
+    history = [_level("a", "r2", 0, 1, 3.0, 1.0)]
+    got = _compare_schedule.expected_rounds(history, [_run("h", ("a", 30.0))], "h", ["a", "c"], "bench:1", PLAN)
+    assert got["round_s"] is None and got["fit"] is None
+    assert got["missing"] == ["c's benchmark", "c's engine load"]
+    assert got["said"] == ("no earlier measurement here of c's benchmark, c's engine load with these settings: how many "
+                           "rounds fit is said once the first round has measured them")
+
+
 def test_stopping_at_the_first_decided_look_keeps_the_promise():
     start = time.monotonic()
     looks = MAX - FIRST + 1
