@@ -115,7 +115,6 @@ def optional_stopping(truth, cv, seed, confidence):
     return significant / float(RUNS), faster / float(RUNS), (rounds_faster / float(faster) if faster else None)
 
 
-@pytest.mark.slow_sim
 def _level(variant, run, repeat, conc, duration, warmup, host="h", bench="bench:1", time_="2026-12-06T10:00:00Z"):
     return {"host": host, "variant": variant, "run": run, "repeat": repeat, "concurrency": conc, "duration_s": duration,
             "warmup_s": warmup, "labels": {"bench": bench, "repeat": repeat}, "time": time_}
@@ -160,6 +159,7 @@ def test_a_variant_never_measured_here_leaves_the_estimate_to_the_first_round():
                            "rounds fit is said once the first round has measured them")
 
 
+@pytest.mark.slow_sim
 def test_stopping_at_the_first_decided_look_keeps_the_promise():
     start = time.monotonic()
     looks = MAX - FIRST + 1
