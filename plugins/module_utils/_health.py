@@ -139,7 +139,7 @@ def read_kernel_log(run, since, boot=None):
 
 
 # `dcgmi diag -r N -j` prints JSON, read here rather than the table: only the JSON carries each problem's
-# severity, and the table's shape changed between DCGM 3 and 4 while the JSON's keys stayed. The two shapes
+# severity, and the table's shape changed between DCGM 3 and 4 while the JSON's did little. The two shapes
 # (NVIDIA/DCGM, dcgmi/Diag.cpp and nvvs/include/NvvsJsonStrings.h at 3.3.9 b0ec3c6 and 4.6.0 51b65cc):
 #   DCGM 4: {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": "memory",
 #           "results": [{"entity_group": "GPU", "entity_id": 1, "status": "Fail", "warnings": [{"warning": "...",
