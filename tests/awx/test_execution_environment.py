@@ -20,6 +20,7 @@ import tarfile
 
 import pytest
 import yaml
+from collection_meta import galaxy_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
@@ -30,11 +31,6 @@ def run(argv, cwd=ROOT, timeout=300):
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, "%s\n%s\n%s" % (argv, proc.stdout, proc.stderr)
     return proc
-
-
-def galaxy_version():
-    with open(os.path.join(ROOT, "galaxy.yml")) as fh:
-        return yaml.safe_load(fh)["version"]
 
 
 @pytest.fixture(scope="module")

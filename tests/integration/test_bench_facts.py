@@ -27,7 +27,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPPORT = os.path.join(ROOT, "tests", "support")
 sys.path.insert(0, SUPPORT)
-from bench_shapes import bench_result, galaxy_version, level  # noqa: E402
+from bench_shapes import bench_result, level  # noqa: E402
+from collection_meta import galaxy_version  # noqa: E402
 
 CALLBACKS = "record,inferops.serving.bench_facts"
 

@@ -24,23 +24,30 @@ from ansible_collections.inferops.serving.plugins.module_utils import _procs
 BENCH_MODULE = "AnsiballZ_throughput_bench"
 
 
-def kill_when_switched(host, victim, switched, before, done):
-    """SIGKILL victim's engine once switched's new engine is recorded (the run is then in switched's start
-    or its return into the router); returns what was killed, in a dict the caller reads after the run."""
+def kill_when(ready, victim, done, delay=0.0):
+    """SIGKILL the pid victim() names, delay seconds after ready() first holds (polled until done is set, or for
+    120 s); returns what was killed ({"pid"}, in a dict the caller reads after the run) and the watching thread."""
     killed = {}
 
     def watch():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not done.is_set():
-            pid = (host.record(switched) or {}).get("pid")
-            if pid and pid != before:
-                killed["pid"] = host.record(victim)["pid"]
+            if ready():
+                time.sleep(delay)
+                killed["pid"] = victim()
                 os.kill(killed["pid"], signal.SIGKILL)
                 return
             time.sleep(0.02)
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return killed, thread
+
+
+def kill_when_switched(host, victim, switched, before, done):
+    """SIGKILL victim's engine once switched's new engine is recorded (the run is then in switched's start
+    or its return into the router)."""
+    return kill_when(lambda: (host.record(switched) or {}).get("pid") not in (None, before),
+                     lambda: host.record(victim)["pid"], done)
 
 
 def two_behind(router, replicas):
@@ -108,21 +115,8 @@ def test_a_run_that_leaves_every_replica_serving_passes_and_says_so(router, repl
 
 def kill_during_bench(pid, done):
     """SIGKILL pid once the benchmark module has run for 3 s (its async wrapper names it on its command line),
-    some requests served and more to come; returns a dict the caller reads after the run."""
-    killed = {}
-
-    def watch():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not done.is_set():
-            if any(BENCH_MODULE in p.cmdline for p in _procs.list_procs()):
-                time.sleep(3.0)
-                os.kill(pid, signal.SIGKILL)
-                killed["at"] = time.time()
-                return
-            time.sleep(0.05)
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return killed, thread
+    some requests served and more to come."""
+    return kill_when(lambda: any(BENCH_MODULE in p.cmdline for p in _procs.list_procs()), lambda: pid, done, delay=3.0)
 
 
 def test_a_bench_on_a_one_server_host_fails_when_its_engine_died_during_it(switch, fleet):  # noqa: F811 pylint: disable=redefined-outer-name

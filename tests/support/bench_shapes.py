@@ -12,17 +12,8 @@ These are test data for the bench_facts callback, not a stand-in for the benchma
 from __future__ import annotations
 
 import math
-import os
 
-import yaml
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def galaxy_version():
-    """The collection's version: galaxy.yml's (the one fact tests/unit/test_version.py holds the others to)."""
-    with open(os.path.join(ROOT, "galaxy.yml")) as handle:
-        return yaml.safe_load(handle)["version"]
+from collection_meta import galaxy_version
 
 
 def _dist(value):

@@ -13,6 +13,8 @@ import re
 
 import yaml
 
+from collection_meta import galaxy_version
+
 from ansible_collections.inferops.serving.plugins.module_utils import _bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -20,11 +22,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def version_tuple(text):
     return tuple(int(part) for part in str(text).split("."))
-
-
-def galaxy_version():
-    with open(os.path.join(ROOT, "galaxy.yml")) as handle:
-        return str(yaml.safe_load(handle)["version"])
 
 
 def test_the_newest_release_in_the_changelog_is_galaxy_yml_s_version():

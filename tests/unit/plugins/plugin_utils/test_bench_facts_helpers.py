@@ -16,7 +16,8 @@ from ansible_collections.inferops.serving.plugins.plugin_utils import (
     _results_charts, _results_collect, _results_common, _results_history, _results_regressions, _results_report, _results_run)
 from ansible_collections.inferops.serving.plugins.plugin_utils import _compare as cmp
 
-from bench_shapes import bench_result, galaxy_version, level
+from bench_shapes import bench_result, level
+from collection_meta import galaxy_version
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 LATER = NOW + datetime.timedelta(hours=1)
