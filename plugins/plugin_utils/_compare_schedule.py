@@ -166,14 +166,16 @@ def expected_rounds(history, runs, host, variants, digest, plan):
                 "said": "no earlier measurement here of %s with these settings: how many rounds fit is said once the "
                         "first round has measured them" % ", ".join(missing)}
     later_load = load_s * (len(variants) - 1) / len(variants) if variants else 0.0
-    spent, fit = bench_s + load_s, 0
-    while fit < plan["max_rounds"] and spent <= plan["budget_s"]:
-        fit += 1
-        spent += bench_s + later_load
-    return {"round_s": bench_s + load_s, "fit": fit, "missing": [],
+    first_s, later_s = bench_s + load_s, bench_s + later_load
+    if first_s > plan["budget_s"]:
+        fit = 0
+    else:
+        more = rounds_that_fit(plan["budget_s"], first_s, later_s)
+        fit = plan["max_rounds"] if more is None else min(plan["max_rounds"], 1 + more)
+    return {"round_s": first_s, "fit": fit, "missing": [],
             "said": "a first round is expected to take %.0f s (engine loads %.0f s, benchmarks %.0f s, as last measured "
                     "here; each switch's own checks come on top), a later one %.0f s: about %d round(s) fit in the "
                     "budget of %.0f s%s"
-                    % (bench_s + load_s, load_s, bench_s, bench_s + later_load, fit, plan["budget_s"],
+                    % (first_s, load_s, bench_s, later_s, fit, plan["budget_s"],
                        "" if fit >= plan["first_look"] else
                        " - fewer than the %d before the first look: raise compare_budget_s" % plan["first_look"])}
