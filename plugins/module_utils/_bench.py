@@ -26,7 +26,7 @@ import gc
 import json
 import sys
 
-from ansible_collections.inferops.serving.plugins.module_utils import _metrics, _openai_stream as _stream
+from ansible_collections.inferops.serving.plugins.module_utils import _bench_args, _metrics, _openai_stream as _stream
 
 CLIENT_NAME = "inferops.serving.throughput_bench"
 CLIENT_VERSION = "0.5.0"  # galaxy.yml's version: a module cannot read it on the target (tests/unit/test_version.py)
@@ -154,9 +154,6 @@ class LagProbe(object):
         return _metrics.distribution(self.samples, 1000.0, 3)
 
 
-ENGINES = ("auto", "sglang", "vllm", "trtllm", "transformers", "openai")
-
-
 def identify(target, api_key=None, timeout=5.0):
     """Which engine serves there, from what it answers: SGLang has GET /get_model_info (0.5.9 and 0.5.23
     srt/entrypoints/http_server.py), vLLM GET /version -> {"version": ...} (0.34.0
@@ -196,10 +193,14 @@ def parse_metrics(text, deadline):
     return out
 
 
+_DEFAULT = _bench_args.defaults()  # throughput_bench's own, for a Bench made without the module
+
+
 class Bench(object):
-    def __init__(self, target, model, api="completions", input_tokens=128, output_tokens=256,
-                 ignore_eos=True, api_key=None, timeout=600.0, slo=None, labels=None,
-                 metrics_url=None, scrape=None, engine="openai", warmup_tolerance=0.05, warmup_max_s=None):
+    def __init__(self, target, model, api=_DEFAULT["api"], input_tokens=_DEFAULT["input_tokens"],
+                 output_tokens=_DEFAULT["output_tokens"], ignore_eos=_DEFAULT["ignore_eos"], api_key=None,
+                 timeout=_DEFAULT["timeout"], slo=None, labels=None, metrics_url=None, scrape=None, engine="openai",
+                 warmup_tolerance=_DEFAULT["warmup_tolerance"], warmup_max_s=None):
         self.target = target
         # the warm-up to steady state: off with warmup_max_s None (the module always passes its options)
         self.warmup_tolerance = warmup_tolerance

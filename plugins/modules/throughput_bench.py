@@ -52,7 +52,7 @@ options:
     description: Concurrency levels, one level each, run in this order. Each is 1 or more.
     type: list
     elements: int
-    default: [1]
+    default: [1, 32]
   requests_per_level:
     description:
       - Measured requests per level (warm-up excluded).
@@ -447,7 +447,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.serving.plugins.module_utils import _bench, _metrics, _openai_stream as _stream, _prom
+from ansible_collections.inferops.serving.plugins.module_utils import _bench, _bench_args, _metrics, _openai_stream as _stream, _prom
 
 MODELS_TIMEOUT = 30.0    # seconds the /v1/models lookup may take in all (at most timeout)
 IDENTIFY_TIMEOUT = 5.0   # seconds the engine identification may take in all, both its requests (at most timeout)
@@ -471,23 +471,10 @@ def main():
         argument_spec=dict(
             url=dict(type="str", required=True),
             model=dict(type="str"),
-            api=dict(type="str", default="completions", choices=["completions", "chat", "generate"]),
-            concurrency=dict(type="list", elements="int", default=[1]),
-            requests_per_level=dict(type="int"),
-            input_tokens=dict(type="int", default=128, no_log=False),
-            output_tokens=dict(type="int", default=256, no_log=False),
-            ignore_eos=dict(type="bool", default=True),
-            warmup=dict(type="int", default=1),
-            warmup_tolerance=dict(type="float", default=0.05),
-            warmup_max_s=dict(type="float", default=120.0),
             api_key=dict(type="str", no_log=True),
-            timeout=dict(type="float", default=600.0),
-            slo=dict(type="dict", options=dict((key, dict(type="float")) for key, dummy in _metrics.SLO_TARGETS)),
-            metrics_url=dict(type="str"),
             labels=dict(type="dict", default={}),
-            engine=dict(type="str", default="auto", choices=list(_bench.ENGINES)),
-            repeats=dict(type="int", default=1),
             metrics=dict(type="dict", options=dict(file=dict(type="path", required=True), instance=dict(type="str"))),
+            **_bench_args.spec()
         ),
         supports_check_mode=True,
     )

@@ -12,16 +12,17 @@ import itertools
 import json
 import re
 
+from ansible_collections.inferops.serving.plugins.module_utils import _bench_args
+
 DEFAULT_MAX_CANDIDATES = 16
 # the benchmark settings that make two measurements comparable (labels and the URL are not)
 _BENCH_KEYS = ("api", "concurrency", "requests_per_level", "input_tokens", "output_tokens", "ignore_eos", "slo",
                "model")
-# the warm-up to steady state (0.4.0), with throughput_bench's defaults when unset: every digest since has them, so
-# a history measured before (whose digest lacks them) does not count as measured for a tune
-_WARMUP_KEYS = (("warmup_tolerance", 0.05), ("warmup_max_s", 120.0))
-# the warm-up requests (0.5.0): unset is serve_variant's default of 1, so unset and 1 share a digest; every digest
-# changed with it, so a tune's history measured before does not count as measured
-_WARMUP_KEYS += (("warmup", 1.0),)
+# the warm-up to steady state (0.4.0), with throughput_bench's defaults (its argument spec's) when unset: every
+# digest since has them, so a history measured before (whose digest lacks them) does not count as measured for a
+# tune; and the warm-up requests (0.5.0), so that unset and the default share a digest
+_WARMUP_KEYS = tuple((key, float(_bench_args.BENCH_SPEC[key]["default"]))
+                     for key in ("warmup_tolerance", "warmup_max_s", "warmup"))
 
 
 class TuneError(ValueError):

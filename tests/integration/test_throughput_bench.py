@@ -213,6 +213,21 @@ def test_benchmark_role_publishes_set_stats(run_playbook, standin):
     assert "c=4: 8/8 ok" in run.result(action="debug")["msg"]
 
 
+def test_the_benchmark_role_leaves_an_unset_setting_to_the_module(run_playbook, standin):
+    """The role states no benchmark default: what it leaves unset reaches the module as omit, and the module's own
+    default applies (module_utils/_bench_args.py): the sweep [1, 32], one warm-up request per worker."""
+    url = standin("--k", "4")
+    playbook = ("---\n- hosts: localhost\n  gather_facts: false\n  roles:\n"
+                "    - role: inferops.serving.benchmark\n")
+    run = run_playbook(playbook, extra_vars=dict(benchmark_url=url, benchmark_output_tokens=4, benchmark_input_tokens=4,
+                                                 benchmark_poll_interval=1, benchmark_async_timeout=120))
+    assert run.rc == 0, run.stdout[-3000:]
+    res = run.result(action="async_status")
+    assert [(r["concurrency"], r["requests"], r["completed"]) for r in res["results"]] == [(1, 4, 4), (32, 64, 64)]
+    assert all(r["warmup_end"] != "off" and r["steady"] is not None for r in res["results"])  # warmup 1, not 0
+    assert res["api"] == "completions" and res["engine"] == "openai"
+
+
 def test_real_transformers_engine_integrity(run_playbook, transformers_engine):
     """The tiny model on CPU through `transformers serve`: every request completes and the server's
     usage counts are exactly output_tokens. No timing assertion: its speed is whatever the CPU gives.
