@@ -8,7 +8,9 @@ usage: python3 tools/gate.py TARGET...
 Each TARGET runs as `make TARGET`; the first that fails stops the gate (as make itself would), and the table
 is printed all the same. TARGET may be a group A+B: its stages run at the same time (stages that share no
 files, each mostly one process, on a machine of two cores or more); each prints its output when it ends, and
-the group is one row of the table, its wall time the group's, each member's own time beside it.
+the group is one row of the table, its wall time the group's, each member's own time beside it. A member may be
+a chain A>B: its stages run one after the other (B only once A passed) beside the group's other members, so
+that a stage that mostly waits (the fleet, on its SSH hosts) runs beside the ones that keep the cores busy.
 The table gives each stage's wall time, the machine's load average when the gate
 started (a timing is only worth quoting from a quiet machine: load under 1, nothing beside it), the tests each
 pytest stage ran against its floor (tests/floor.txt), and every test over 60 s. The pytest stages write those
@@ -64,26 +66,39 @@ def clock(seconds):
     return "%d:%02d (%ds)" % (seconds // 60, seconds % 60, seconds)
 
 
-def run_group(targets, env, gate_dir, cwd=ROOT):
-    """Run `make TARGET` for each target at once; each one's output (kept in GATE_DIR) is printed when it ends.
-    Returns [(target, wall seconds, rc)] in the order given."""
-    started, procs = time.monotonic(), {}
-    for target in targets:
+def run_group(members, env, gate_dir, cwd=ROOT):
+    """Run each member at once: a member is a target, or a chain of targets joined by '>' run one after the other
+    (stopping at the first that fails). Each target's output (kept in GATE_DIR) is printed when it ends.
+    Returns [(target, wall seconds, rc)], one per target started, in the order given."""
+    chains = [member.split(">") for member in members]
+    everyone = [target for chain in chains for target in chain]
+    running, ended = {}, {}
+
+    def start(target):
         out = open(os.path.join(gate_dir, "%s.log" % target), "w+")
-        procs[target] = (subprocess.Popen(["make", "--no-print-directory", target], cwd=cwd, env=env,
-                                          stdout=out, stderr=subprocess.STDOUT), out)
-    ended = {}
-    while len(ended) < len(targets):
-        for target, (proc, out) in procs.items():
-            if target not in ended and proc.poll() is not None:
-                ended[target] = (time.monotonic() - started, proc.returncode)
-                out.seek(0)
-                beside = ", ".join(t for t in targets if t != target)
-                sys.stdout.write("== %s (ran beside %s)\n%s" % (target, beside, out.read()))
-                sys.stdout.flush()
-                out.close()
+        proc = subprocess.Popen(["make", "--no-print-directory", target], cwd=cwd, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        running[target] = (proc, out, time.monotonic())
+
+    for chain in chains:
+        start(chain[0])
+    while running:
+        for target, (proc, out, began) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[target]
+            ended[target] = (time.monotonic() - began, proc.returncode)
+            out.seek(0)
+            beside = ", ".join(t for t in everyone if t != target)
+            sys.stdout.write("== %s (ran beside %s)\n%s" % (target, beside, out.read()))
+            sys.stdout.flush()
+            out.close()
+            chain = next(c for c in chains if target in c)
+            following = chain[chain.index(target) + 1:]
+            if proc.returncode == 0 and following:
+                start(following[0])
         time.sleep(0.2)
-    return [(target,) + ended[target] for target in targets]
+    return [(target,) + ended[target] for target in everyone if target in ended]
 
 
 def main(targets):
@@ -100,7 +115,7 @@ def main(targets):
     rc = 0
     for target in targets:
         start = time.monotonic()
-        if "+" in target:
+        if "+" in target or ">" in target:
             members = run_group(target.split("+"), env, gate_dir)
             rc = next((own_rc for _name, _own, own_rc in members if own_rc != 0), 0)
             rows.append((target, time.monotonic() - start, rc, members))

@@ -8,6 +8,7 @@ stage and the load average."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -157,3 +158,33 @@ def test_a_group_runs_its_stages_at_once_and_is_one_row_with_each_members_time(t
     lines = gate.table([("a+c", 10.0, 2, list(failed))], (0.1, 0.1, 0.1), str(gate_dir))
     assert any(line.startswith("a+c") and "FAILED (exit 2) (at once: a " in line and "c 0s FAILED" in line
                for line in lines), lines
+
+
+def test_a_chain_in_a_group_runs_its_stages_in_turn_beside_the_others_and_stops_at_a_failure(tmp_path, capsys):
+    """x>a+b: x first, then a, while b runs all along (a and b wait for each other's mark); c>a stops after c."""
+    (tmp_path / "Makefile").write_text(textwrap.dedent("""\
+        x:
+        \ttest ! -e a.mark && touch x.mark
+        a:
+        \ttest -e x.mark; touch a.mark; for i in $$(seq 50); do test -e b.mark && exit 0; sleep 0.1; done; exit 3
+        b:
+        \ttouch b.mark; for i in $$(seq 50); do test -e a.mark && exit 0; sleep 0.1; done; exit 3
+        c:
+        \texit 4
+        """))
+    gate_dir = tmp_path / "gate"
+    gate_dir.mkdir()
+    rows = gate.run_group(["x>a", "b"], dict(os.environ), str(gate_dir), cwd=str(tmp_path))
+    assert [(name, rc) for name, _wall, rc in rows] == [("x", 0), ("a", 0), ("b", 0)]
+    assert "== a (ran beside x, b)" in capsys.readouterr().out
+    for mark in ("x.mark", "a.mark", "b.mark"):
+        (tmp_path / mark).unlink()
+    stopped = gate.run_group(["c>a"], dict(os.environ), str(gate_dir), cwd=str(tmp_path))
+    assert [(name, rc) for name, _wall, rc in stopped] == [("c", 2)] and not (tmp_path / "a.mark").exists()
+
+
+def test_the_makefile_quotes_each_stage_so_the_shell_never_reads_a_chain_as_a_redirection():
+    dry = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    line = next(line for line in dry.splitlines() if "tools/gate.py" in line)
+    stages = shlex.split(line)[2:]  # as the shell hands them over: a chain unquoted would be a redirection
+    assert stages[0] == "gate-setup" and any(">" in stage for stage in stages), line
