@@ -227,6 +227,24 @@ def _seen(workers):
                      for w in workers)
 
 
+def find_worker(worker_url, workers):
+    """The entries of a router's ``workers`` listing that are this worker: those listed under the same canonical
+    URL, or, when none is, those whose URL differs only in how it spells the loopback host. The one rule of
+    router_worker and of the final check's membership (plugin_utils/_replicas.py)."""
+    want = worker_url if isinstance(worker_url, Url) else Url(worker_url, "worker_url")
+    exact, alias = [], []
+    for entry in workers:
+        try:
+            listed = Url(str(entry.get("url")), "listed url")
+        except ValueError:
+            continue
+        if listed.canonical == want.canonical:
+            exact.append(entry)
+        elif listed.loopback_key == want.loopback_key:
+            alias.append(entry)
+    return exact or alias
+
+
 def _given(url):
     return url.given if isinstance(url, Url) else url
 
@@ -294,20 +312,7 @@ class Router(object):
         return [w for w in data["workers"] if isinstance(w, dict)]
 
     def find(self, worker_url, workers):
-        """The entries of ``workers`` that are this worker: those listed under the same canonical URL, or, when
-        none is, those whose URL differs only in how it spells the loopback host."""
-        want = worker_url if isinstance(worker_url, Url) else Url(worker_url, "worker_url")
-        exact, alias = [], []
-        for entry in workers:
-            try:
-                listed = Url(str(entry.get("url")), "listed url")
-            except ValueError:
-                continue
-            if listed.canonical == want.canonical:
-                exact.append(entry)
-            elif listed.loopback_key == want.loopback_key:
-                alias.append(entry)
-        return exact or alias
+        return find_worker(worker_url, workers)
 
     def healthy(self, entry):
         """Listed and taking requests."""

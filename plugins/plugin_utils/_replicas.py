@@ -424,16 +424,6 @@ def worker_url(instance, router=None, serving_host="", address=""):
     return "http://%s:%s" % (host, instance.get("port"))
 
 
-def _same_worker(listed, wanted):
-    """Whether a URL the router lists is this worker: router_worker's rule (module_utils/_router Router.find):
-    the same canonical URL, or one that differs only in spelling the loopback host."""
-    try:
-        one, other = _router.Url(str(listed), "listed url"), _router.Url(str(wanted), "worker_url")
-    except ValueError:
-        return False
-    return one.canonical == other.canonical or one.loopback_key == other.loopback_key
-
-
 def router_membership(listing, instances, router=None, serving_host="", address=""):
     """Whether the router lists each instance of the host, and healthy: listing is router_worker's result
     (its ``workers``: url and is_healthy of each), instances instances_plan's instances (each matched under
@@ -450,7 +440,10 @@ def router_membership(listing, instances, router=None, serving_host="", address=
         if not isinstance(entry, Mapping) or entry.get("instance") is None:
             continue
         url = worker_url(entry, router, serving_host, address)
-        found = [w for w in workers if _same_worker(w.get("url"), url)]
+        try:
+            found = _router.find_worker(url, workers)  # router_worker's own rule
+        except ValueError:
+            found = []
         out[entry["instance"]] = {"listed": bool(found), "healthy": any(w.get("is_healthy") is True for w in found),
                                   "worker_url": url}
     return out

@@ -701,6 +701,11 @@ def test_membership_matches_each_instance_as_router_worker_does():
     unhealthy = rp.router_membership({"workers": [{"url": "http://127.0.0.1:30001", "is_healthy": False}]}, TWO,
                                      None, "127.0.0.1")
     assert unhealthy["r1"] == {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:30001"}
+    # the URL spelled as given wins over a loopback alias, as in router_worker (module_utils/_router.find_worker)
+    both = rp.router_membership({"workers": [{"url": "http://localhost:30001", "is_healthy": True},
+                                             {"url": "http://127.0.0.1:30001", "is_healthy": False}]}, TWO, None,
+                                "127.0.0.1")
+    assert both["r1"] == {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:30001"}
 
 
 @pytest.mark.parametrize("listing", [None, {}, {"skipped": True, "changed": False}, "text"])
