@@ -32,6 +32,10 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUPPORT = os.path.join(ROOT, "tests", "support")
+sys.path.insert(0, SUPPORT)
+
+import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position
+
 PLAYBOOKS = {"switch": os.path.join(ROOT, "playbooks", "switch_variant.yml"),
              "rollout": os.path.join(ROOT, "playbooks", "rollout.yml")}
 
@@ -53,11 +57,7 @@ def fake_gpus(tmp):
     """A fake nvidia-smi (tests/support) with 8 clean GPUs; returns the environment that finds it."""
     bindir = os.path.join(tmp, "bin")
     os.makedirs(bindir)
-    binary = os.path.join(bindir, "nvidia-smi")
-    with open(binary, "w") as handle:
-        handle.write("#!%s -IS\nimport runpy, sys\nsys.argv[0] = 'nvidia-smi'\nrunpy.run_path(%r, run_name='__main__')\n"
-                     % (os.path.realpath(sys.executable), os.path.join(SUPPORT, "fake_nvidia_smi.py")))
-    os.chmod(binary, 0o755)
+    fake_nvidia_smi.install(bindir)
     state = os.path.join(tmp, "gpus.json")
     with open(state, "w") as handle:
         json.dump({"driver": True, "holders": [], "gpus": [

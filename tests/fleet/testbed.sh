@@ -87,9 +87,8 @@ up() {
         ip -n "$ns" link set lo up
         ip -n "$ns" link set eth0 up
         # the host's nvidia-smi: the stand-in of tests/support with this host's GPU state
-        printf '#!%s -IS\nimport runpy, sys\nsys.argv[0] = "nvidia-smi"\nrunpy.run_path(%s, run_name="__main__")\n' \
-            "$PYTHON" "'$ROOT/tests/support/fake_nvidia_smi.py'" >"$hdir/bin/nvidia-smi"
-        chmod 0755 "$hdir/bin/nvidia-smi"
+        "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import fake_nvidia_smi; fake_nvidia_smi.install(sys.argv[2])' \
+            "$ROOT/tests/support" "$hdir/bin" >/dev/null
         "$PYTHON" - "$hdir/gpus.json" <<'PY'
 import json, sys
 json.dump({"driver": True, "holders": [], "gpus": [

@@ -21,17 +21,15 @@ import json
 import os
 import sys
 
+import launcher
+
 TESTS = [(1, "Deployment", "software"), (2, "Integration", "pcie"), (2, "Hardware", "memory")]
 ISOLATE, CONFIG = 2, 5
 
 
 def install(bindir):
-    launcher = os.path.join(str(bindir), "dcgmi")
-    with open(launcher, "w") as handle:
-        handle.write("#!%s -IS\nimport runpy, sys\nsys.argv[0] = 'dcgmi'\nrunpy.run_path(%r, run_name='__main__')\n"
-                     % (os.path.realpath(sys.executable), os.path.abspath(__file__)))
-    os.chmod(launcher, 0o755)
-    return launcher
+    """Write an executable `dcgmi` into bindir that runs this file (tests/support/launcher.py); returns its path."""
+    return launcher.install(bindir, "dcgmi", __file__)
 
 
 def diag_test(name, indices, fails, warns, shape):
@@ -60,7 +58,7 @@ def diag_test(name, indices, fails, warns, shape):
     return entry
 
 
-def main(argv):
+def main(_prog, argv):  # _prog: the name it was launched under (tests/support/launcher.py)
     path = os.environ.get("FAKE_NVIDIA_SMI_STATE")
     with open(path) as handle:
         state = json.load(handle)
@@ -91,4 +89,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main("dcgmi", sys.argv[1:]))

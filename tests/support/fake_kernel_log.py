@@ -20,6 +20,8 @@ import json
 import os
 import sys
 
+import launcher
+
 
 def _btime():
     with open("/proc/stat") as handle:
@@ -30,14 +32,9 @@ def _btime():
 
 
 def install(bindir):
-    """Write executable `journalctl` and `dmesg` into bindir that run this file."""
+    """Write executable `journalctl` and `dmesg` into bindir that run this file (tests/support/launcher.py)."""
     for name in ("journalctl", "dmesg"):
-        launcher = os.path.join(str(bindir), name)
-        with open(launcher, "w") as handle:
-            # run_path sets sys.argv[0] to this file's path: the tool's name goes in as PROG
-            handle.write("#!%s -IS\nimport runpy\nrunpy.run_path(%r, init_globals={'PROG': %r}, run_name='__main__')\n"
-                         % (os.path.realpath(sys.executable), os.path.abspath(__file__), name))
-        os.chmod(launcher, 0o755)
+        launcher.install(bindir, name, __file__)
 
 
 def main(name, argv):
@@ -72,4 +69,4 @@ def main(name, argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(globals().get("PROG", "dmesg"), sys.argv[1:]))
+    sys.exit(main(os.path.basename(sys.argv[0]), sys.argv[1:]))

@@ -37,6 +37,8 @@ import json
 import os
 import sys
 
+import launcher
+
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
              "Make sure that the latest NVIDIA driver is installed and running.")
 
@@ -68,17 +70,9 @@ def process_name(pid):
 
 
 def install(bindir):
-    """Write an executable `nvidia-smi` into bindir that runs this file; returns its path.
-
-    The launcher uses this interpreter in isolated mode (-IS), so it starts fast and sees no
-    site-packages; state comes from $FAKE_NVIDIA_SMI_STATE as above.
-    """
-    launcher = os.path.join(str(bindir), "nvidia-smi")
-    with open(launcher, "w") as handle:
-        handle.write("#!%s -IS\nimport runpy, sys\nsys.argv[0] = 'nvidia-smi'\nrunpy.run_path(%r, run_name='__main__')\n"
-                     % (os.path.realpath(sys.executable), os.path.abspath(__file__)))
-    os.chmod(launcher, 0o755)
-    return launcher
+    """Write an executable `nvidia-smi` into bindir that runs this file (tests/support/launcher.py); returns its
+    path. State comes from $FAKE_NVIDIA_SMI_STATE as above."""
+    return launcher.install(bindir, "nvidia-smi", __file__)
 
 
 def fake_host(tmp, count=8, tag="bench"):
@@ -137,7 +131,7 @@ class Out(object):
         sys.stdout.write(", ".join(str(v) for v in row) + "\n")
 
 
-def main(argv):
+def main(_prog, argv):  # _prog: the name it was launched under (tests/support/launcher.py)
     path = os.environ.get("FAKE_NVIDIA_SMI_STATE")
     state = {"driver": False}
     if path and os.path.exists(path):
@@ -218,4 +212,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main("nvidia-smi", sys.argv[1:]))
