@@ -11,17 +11,27 @@
 - A floor: `--stage NAME` checks the number of tests the stage ran against tests/floor.txt; a stage that ran
   fewer fails (quiet shrinkage: a module that stops being collected, a selection that matches less).
   GATE_DIR (set by tools/gate.py) collects the slow tests and the counts for the gate's closing table.
+- The longest modules first: with xdist, the test modules run in the order of their weight in
+  tests/weights.tsv (seconds a module took in a gate, heaviest first; a module not listed weighs nothing and
+  keeps its place after the listed ones), the tests of a module in their own order. A long module that starts
+  last keeps one worker busy while the other idles; started first, the short ones fill in around it.
+- A timeline: each stage writes when each test ran and on which worker (GATE_DIR/timeline-STAGE.tsv), and says
+  how long each worker stood idle at the end while another still ran. `python tests/support/pytest_gate.py
+  weights build/gate > tests/weights.tsv` writes the weights from a gate's timelines.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import sys
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # GATE_FLOOR_FILE: another floor file (the gate's own tests use one)
 FLOOR_FILE = os.environ.get("GATE_FLOOR_FILE") or os.path.join(os.path.dirname(HERE), "floor.txt")
+WEIGHTS_FILE = os.path.join(os.path.dirname(HERE), "weights.tsv")
 
 SLOW_S = 60.0
 SLOWEST = 25
@@ -99,21 +109,85 @@ def configure(config):
     config.pluginmanager.register(_Gate(config), "inferops_gate")
 
 
-def pytest_collection_modifyitems(items):
+def read_weights(path=None):
+    """{module path relative to the repository (tests/...): seconds} from the weights file; {} without one."""
+    path = path or WEIGHTS_FILE
+    weights = {}
+    if not os.path.exists(path):
+        return weights
+    with open(path) as handle:
+        for line in handle:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                seconds, module = line.split(None, 1)
+                weights[module] = float(seconds)
+    return weights
+
+
+def module_of(nodeid):
+    return nodeid.split("::", 1)[0]
+
+
+def heaviest_modules_first(items, weights):
+    """items reordered: whole modules by weight, heaviest first (a stable sort: unlisted modules, and modules of
+    equal weight, keep their order); each module's tests in their own order."""
+    modules, order = {}, []
+    for item in items:
+        module = module_of(item.nodeid)
+        if module not in modules:
+            modules[module] = []
+            order.append(module)
+        modules[module].append(item)
+    order.sort(key=lambda module: -weights.get(module, 0.0))
+    return [item for module in order for item in modules[module]]
+
+
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("timeout") is None:
             ceiling = CEILING_SIM if item.get_closest_marker("slow_sim") else ceiling_for(item.fspath)
             item.add_marker(pytest.mark.timeout(ceiling))
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller hands its tests out in this order
+        items[:] = heaviest_modules_first(items, read_weights())
+
+
+def idle_at_the_end(timeline):
+    """{worker: seconds it stood idle after its last test while another worker still ran}, from timeline rows
+    (worker, start, stop, nodeid)."""
+    ends = {}
+    for worker, dummy, stop, dummy in timeline:
+        ends[worker] = max(ends.get(worker, 0.0), stop)
+    last = max(ends.values()) if ends else 0.0
+    return dict((worker, last - end) for worker, end in ends.items())
+
+
+def weights_from(gate_dir):
+    """{module: seconds} summed over the timelines a gate wrote into gate_dir (every stage)."""
+    weights = {}
+    for path in sorted(glob.glob(os.path.join(gate_dir, "timeline-*.tsv"))):
+        with open(path) as handle:
+            for line in handle:
+                dummy, start, stop, nodeid = line.rstrip("\n").split("\t")
+                module = module_of(nodeid)
+                weights[module] = weights.get(module, 0.0) + float(stop) - float(start)
+    return weights
 
 
 class _Gate(object):
     def __init__(self, config):
         self.config = config
         self.durations = {}
+        self.spans = {}  # nodeid -> (worker, first start, last stop) of its setup, call and teardown
         self.worker = hasattr(config, "workerinput")
 
     def pytest_runtest_logreport(self, report):
         self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+        node = getattr(report, "node", None)  # the xdist worker that ran it, on the controller
+        worker = getattr(getattr(node, "gateway", None), "id", None) or "main"
+        start, stop = getattr(report, "start", 0.0), getattr(report, "stop", 0.0)
+        if start and stop:
+            was = self.spans.get(report.nodeid)
+            self.spans[report.nodeid] = (worker, min(start, was[1]) if was else start, max(stop, was[2]) if was else stop)
 
     def pytest_sessionfinish(self, session):
         if self.worker:
@@ -134,6 +208,9 @@ class _Gate(object):
                 for seconds, nodeid in slowest(self.durations, len(self.durations)):
                     if seconds > SLOW_S:
                         out.write("%s\t%.1f\t%s\n" % (stage, seconds, nodeid))
+            with open(os.path.join(gate_dir, "timeline-%s.tsv" % stage), "w") as out:
+                for nodeid, (worker, start, stop) in sorted(self.spans.items(), key=lambda kv: kv[1][1]):
+                    out.write("%s\t%.3f\t%.3f\t%s\n" % (worker, start, stop, nodeid))
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.worker or not self.durations:
@@ -145,6 +222,18 @@ class _Gate(object):
         over = [(seconds, nodeid) for seconds, nodeid in slowest(self.durations, len(self.durations)) if seconds > SLOW_S]
         for seconds, nodeid in over:
             write("WARNING: %s took %.1f s (over %d s)" % (nodeid, seconds, SLOW_S))
+        idle = idle_at_the_end([(worker, start, stop, nodeid) for nodeid, (worker, start, stop) in self.spans.items()])
+        if len(idle) > 1:
+            write("workers idle at the end while another still ran: %s" % ", ".join(
+                "%s %.0f s" % (worker, seconds) for worker, seconds in sorted(idle.items())))
         message = getattr(self, "floor_message", None)
         if message:
             write(message, red=message.startswith("FLOOR"), bold=message.startswith("FLOOR"))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "weights":
+        sys.exit("usage: python tests/support/pytest_gate.py weights GATE_DIR > tests/weights.tsv")
+    print("# seconds each test module took in a gate (tests/support/pytest_gate.py: with xdist, the heaviest run first)")
+    for module, seconds in sorted(weights_from(sys.argv[2]).items(), key=lambda kv: -kv[1]):
+        print("%.0f\t%s" % (seconds, module))

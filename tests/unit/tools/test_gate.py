@@ -188,3 +188,35 @@ def test_the_makefile_quotes_each_stage_so_the_shell_never_reads_a_chain_as_a_re
     line = next(line for line in dry.splitlines() if "tools/gate.py" in line)
     stages = shlex.split(line)[2:]  # as the shell hands them over: a chain unquoted would be a redirection
     assert stages[0] == "gate-setup" and any(">" in stage for stage in stages), line
+
+
+class _Item(object):
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
+
+
+def test_the_heaviest_modules_run_first_each_in_its_own_order():
+    items = [_Item(n) for n in ("tests/a.py::t1", "tests/a.py::t2", "tests/b.py::t1", "tests/c.py::t1", "tests/b.py::t2")]
+    got = pytest_gate.heaviest_modules_first(items, {"tests/b.py": 50.0, "tests/c.py": 10.0})
+    assert [i.nodeid for i in got] == ["tests/b.py::t1", "tests/b.py::t2", "tests/c.py::t1", "tests/a.py::t1",
+                                       "tests/a.py::t2"]
+    assert [i.nodeid for i in pytest_gate.heaviest_modules_first(items, {})] == [
+        "tests/a.py::t1", "tests/a.py::t2", "tests/b.py::t1", "tests/b.py::t2", "tests/c.py::t1"]
+
+
+def test_the_weights_come_from_a_gates_timelines_and_the_idle_tail_from_one(tmp_path):
+    (tmp_path / "timeline-integration.tsv").write_text(
+        "gw0\t100.0\t130.0\ttests/a.py::t1\ngw1\t100.0\t110.0\ttests/b.py::t1\ngw1\t110.0\t115.0\ttests/a.py::t2\n")
+    (tmp_path / "timeline-units.tsv").write_text("main\t0.0\t2.5\ttests/c.py::t1\n")
+    assert pytest_gate.weights_from(str(tmp_path)) == {"tests/a.py": 35.0, "tests/b.py": 10.0, "tests/c.py": 2.5}
+    rows = [line.split("\t") for line in (tmp_path / "timeline-integration.tsv").read_text().splitlines()]
+    assert pytest_gate.idle_at_the_end([(w, float(a), float(b), n) for w, a, b, n in rows]) == {"gw0": 0.0, "gw1": 15.0}
+    weights = tmp_path / "weights.tsv"
+    weights.write_text("# comment\n35\ttests/a.py\n10\ttests/b.py\n")
+    assert pytest_gate.read_weights(str(weights)) == {"tests/a.py": 35.0, "tests/b.py": 10.0}
+    assert pytest_gate.read_weights(str(tmp_path / "none.tsv")) == {}
+
+
+def test_the_repos_weights_name_only_modules_that_exist():
+    weights = pytest_gate.read_weights()
+    assert weights and all(os.path.exists(os.path.join(ROOT, module)) for module in weights), sorted(weights)
