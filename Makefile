@@ -23,7 +23,7 @@ VARIANT ?= batched
 # share the test bed's hosts and clean them up whole).
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup gate-setup tiny-model test-packages check check-setup check-units check-smoke test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest sanity-latest ee demo demo-stop demo-replicas demo-replicas-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
+.PHONY: help setup gate-setup tiny-model test-packages check check-setup check-units check-smoke test lint sanity units conformance engine-envs router-env integration compare bench-compare molecule awx test-fleet test-core-latest core-latest-units core-latest-integration sanity-latest ee demo demo-stop demo-replicas demo-replicas-stop bench-switch bench-rolling bench-accuracy bench-peers freeze clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -57,13 +57,14 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 # A group a+b runs its stages at the same time, and a member a>b of a group runs its stages one after the other.
 # The fleet (about 30 % of two cores: it mostly waits on its SSH hosts and engines) runs beside the stages that
 # keep the cores busy and assert no timing: the two sanity runs (each one process, in its own copy of the tree),
-# and lint, units and conformance in turn. Alone, those took 456 s one after the other; beside each other 341 s
-# (the fleet 340 s of it, 279 s alone). Molecule and AWX run at once (their own ports and build directories).
-# The fleet and core-latest never run together: beside the fleet, core-latest's benchmark assertions
-# (throughput within 6 % of a server of known timing) read 953.8 tok/s for 1024 and failed a gate; neither does
-# the integration stage (its timing tests). The ports every test takes are handed out once per gate run
-# (tests/support/ports.py), so two stages of a group never share one.
-GATE_STAGES := gate-setup test-fleet+sanity+sanity-latest+lint>units>conformance integration molecule+awx test-core-latest
+# and, in turn, lint, units, conformance, core-latest's units, Molecule and AWX (their own ports and build
+# directories). One after the other, lint, units, conformance and the fleet took 456 s; beside each other 341 s,
+# the fleet 340 s of it (279 s alone). The fleet never runs beside a stage with timing assertions: beside it,
+# core-latest's benchmark assertions (throughput within 6 % of a server of known timing) read 953.8 tok/s for
+# 1024 and failed a gate; so core-latest's integration runs alone, as the integration stage does. The ports
+# every test takes are handed out once per gate run (tests/support/ports.py), so two stages never share one.
+GATE_STAGES := gate-setup test-fleet+sanity+sanity-latest+lint>units>conformance>core-latest-units>molecule>awx integration \
+  core-latest-integration
 test: ## everything CI runs, stage by stage, ending with the stage table (under 25 minutes on a quiet 2-core machine)
 	$(PYTHON) tools/gate.py $(foreach stage,$(GATE_STAGES),'$(stage)')
 
@@ -228,9 +229,13 @@ $(VENV_LATEST)/.installed: requirements-core-latest.txt
 	$(VENV_LATEST)/bin/python -m pip install -q --disable-pip-version-check -r requirements-core-latest.txt
 	touch $@
 
-test-core-latest: $(LINK) $(VENV_LATEST)/.installed ## units and module/main-job integration tests under ansible-core 2.21 (Python 3.12)
+test-core-latest: core-latest-units core-latest-integration ## units and module/main-job integration tests under ansible-core 2.21 (Python 3.12)
+
+core-latest-units: $(LINK) $(VENV_LATEST)/.installed ## the units under ansible-core 2.21 (Python 3.12), less the seeded simulations
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/ansible --version | sed -n 1p  # sed reads it all: head closing the pipe early broke ansible with EPIPE
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not slow_sim" --stage core-latest-units tests/unit
+
+core-latest-integration: $(LINK) $(VENV_LATEST)/.installed ## the integration and switch-safety selections under ansible-core 2.21 (Python 3.12)
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --stage core-latest-integration \
 	  tests/integration/test_switch_variant.py tests/integration/test_inference_server.py \
 	  tests/integration/test_gpu_idle_check.py tests/integration/test_throughput_bench.py -k "not transformers"
