@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller side of playbooks/tune.yml: the candidates a grid of engine_args gives (each `extends` the
 base variant), what the history has measured already (so a tune resumes instead of starting engines
-again), and the winner as a catalog entry ready to paste. Standard library only."""
+again), and the winner as a catalog entry ready to paste. Standard library only, and throughput_bench's
+settings (module_utils/_bench_args.py) for the defaults of the bench digest."""
 
 from __future__ import annotations
 

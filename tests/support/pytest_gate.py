@@ -155,21 +155,25 @@ def idle_at_the_end(timeline):
     """{worker: seconds it stood idle after its last test while another worker still ran}, from timeline rows
     (worker, start, stop, nodeid)."""
     ends = {}
-    for worker, dummy, stop, dummy in timeline:
-        ends[worker] = max(ends.get(worker, 0.0), stop)
+    for row in timeline:
+        ends[row[0]] = max(ends.get(row[0], 0.0), row[2])
     last = max(ends.values()) if ends else 0.0
     return dict((worker, last - end) for worker, end in ends.items())
 
 
 def weights_from(gate_dir):
-    """{module: seconds} summed over the timelines a gate wrote into gate_dir (every stage)."""
+    """{module: seconds} from the timelines a gate wrote into gate_dir: a module's tests summed within a stage,
+    and of two stages that ran the same module (core-latest's selection of the integration tests), the larger."""
     weights = {}
     for path in sorted(glob.glob(os.path.join(gate_dir, "timeline-*.tsv"))):
+        stage = {}
         with open(path) as handle:
             for line in handle:
                 dummy, start, stop, nodeid = line.rstrip("\n").split("\t")
                 module = module_of(nodeid)
-                weights[module] = weights.get(module, 0.0) + float(stop) - float(start)
+                stage[module] = stage.get(module, 0.0) + float(stop) - float(start)
+        for module, seconds in stage.items():
+            weights[module] = max(weights.get(module, 0.0), seconds)
     return weights
 
 

@@ -208,6 +208,8 @@ def test_the_weights_come_from_a_gates_timelines_and_the_idle_tail_from_one(tmp_
     (tmp_path / "timeline-integration.tsv").write_text(
         "gw0\t100.0\t130.0\ttests/a.py::t1\ngw1\t100.0\t110.0\ttests/b.py::t1\ngw1\t110.0\t115.0\ttests/a.py::t2\n")
     (tmp_path / "timeline-units.tsv").write_text("main\t0.0\t2.5\ttests/c.py::t1\n")
+    # a stage that ran a module again (core-latest's selection) does not add to it: the larger counts
+    (tmp_path / "timeline-core-latest-integration.tsv").write_text("gw0\t0.0\t20.0\ttests/a.py::t1\n")
     assert pytest_gate.weights_from(str(tmp_path)) == {"tests/a.py": 35.0, "tests/b.py": 10.0, "tests/c.py": 2.5}
     rows = [line.split("\t") for line in (tmp_path / "timeline-integration.tsv").read_text().splitlines()]
     assert pytest_gate.idle_at_the_end([(w, float(a), float(b), n) for w, a, b, n in rows]) == {"gw0": 0.0, "gw1": 15.0}
