@@ -238,6 +238,7 @@ class _Gate(object):
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "weights":
         sys.exit("usage: python tests/support/pytest_gate.py weights GATE_DIR > tests/weights.tsv")
-    print("# seconds each test module took in a gate (tests/support/pytest_gate.py: with xdist, the heaviest run first)")
+    print("# seconds each test module took in a gate (tests/support/pytest_gate.py: with xdist, the heaviest run first);")
+    print("# rewrite it from a gate: python tests/support/pytest_gate.py weights build/gate > tests/weights.tsv")
     for module, seconds in sorted(weights_from(sys.argv[2]).items(), key=lambda kv: -kv[1]):
         print("%.0f\t%s" % (seconds, module))
