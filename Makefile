@@ -56,17 +56,13 @@ $(AWX_COLLECTION)/MANIFEST.json: tools/awx-collection.txt | $(STAMP)
 # and every test over 60 s. Each pytest stage prints its 25 slowest tests (tests/support/pytest_gate.py).
 # A group a+b runs its stages at the same time, and a member a>b of a group runs its stages one after the other.
 # The fleet (about 30 % of two cores: it mostly waits on its SSH hosts and engines) runs beside the stages that
-# keep the cores busy and assert no timing: the two sanity runs (each one process, in its own copy of the tree),
-# and, in turn, units, conformance, core-latest's units, Molecule, AWX (their own ports and build directories)
-# and lint. Lint comes last: started at once with the sanity runs and the fleet's test bed, its `ansible --version`
-# (ansible-compat's first step) once failed a gate with no message; the line before it now says what failed.
-# One after the other, lint, units, conformance and the fleet took 456 s; beside each other 341 s, the fleet 340 s
-# of it (279 s alone). The fleet never runs beside a stage with timing assertions: beside it,
-# core-latest's benchmark assertions (throughput within 6 % of a server of known timing) read 953.8 tok/s for
-# 1024 and failed a gate; so core-latest's integration runs alone, as the integration stage does. The ports
+# keep the cores busy and assert nothing about time: the two sanity runs (each one process, in its own copy of the
+# tree), then Molecule and AWX in turn (their own ports and build directories). The units do assert time (the
+# client's TPOT against a stand-in that streams every 2 ms) and failed a gate beside the fleet's test bed and both
+# sanity runs; core-latest's benchmark assertions (throughput within 6 % of a server of known timing) read
+# 953.8 tok/s for 1024 beside the fleet: they, lint, conformance and the integration stage run alone. The ports
 # every test takes are handed out once per gate run (tests/support/ports.py), so two stages never share one.
-GATE_STAGES := gate-setup test-fleet+sanity+sanity-latest+units>conformance>core-latest-units>molecule>awx>lint integration \
-  core-latest-integration
+GATE_STAGES := gate-setup lint units conformance test-fleet+sanity+sanity-latest+molecule>awx integration test-core-latest
 test: ## everything CI runs, stage by stage, ending with the stage table (under 25 minutes on a quiet 2-core machine)
 	$(PYTHON) tools/gate.py $(foreach stage,$(GATE_STAGES),'$(stage)')
 
