@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What a run tells its user, each a pure function of plugin_utils/_run_report: final_check and plan_words."""
+"""What a run tells its user, each a pure function of plugin_utils/_run_report: final_check, converge_checks and
+plan_words."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ def final_check(checks, membership=None, router=None):
         raise AnsibleFilterError("final_check: %s" % exc)
 
 
+def converge_checks(plan, converged, name, measured=False):
+    """The final check's readings that the run's converge call already took (a host's one server, not measured)."""
+    try:
+        return _run_report.converge_checks(plan, converged, name, measured)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("converge_checks: %s" % exc)
+
+
 def plan_words(switch_plan, plans, behind_router=False):
     """A replica switch's plan, one line per instance in words."""
     try:
@@ -31,4 +40,4 @@ def plan_words(switch_plan, plans, behind_router=False):
 
 class FilterModule(object):
     def filters(self):
-        return {"final_check": final_check, "plan_words": plan_words}
+        return {"converge_checks": converge_checks, "final_check": final_check, "plan_words": plan_words}

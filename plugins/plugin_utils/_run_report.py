@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What a run tells its user, decided in Python: the final check of what a run leaves serving (final_check),
-and a replica switch's plan in words (plan_words). Controller side, pure functions."""
+"""What a run tells its user, decided in Python: the final check of what a run leaves serving (final_check, and
+converge_checks: the readings of it that the run's converge call already took), and a replica switch's plan in
+words (plan_words). Controller side, pure functions."""
 
 from __future__ import annotations
 
@@ -22,6 +23,36 @@ def _router_problem(name, member, router):
     return None
 
 
+# a converge call's outcomes that end with its engine proved serving: health-gated after a start, or probed and kept
+PROVED_SERVING = ("ready", "unchanged", "relabelled")
+CONVERGE_READ = "as this run's converge call read it"
+
+
+def converge_checks(plan, converged, name, measured=False):
+    """The final check's readings that this run's own converge call already took: [{"name", "instance",
+    "checked"}] (what final_check reads), or [] where every instance must be read again.
+
+    A host's one server is read by the converge call itself at its end (the engine found alive and answering a
+    probe, or a new one health-gated), then nothing acts on it before the final check but a benchmark. So that
+    reading stands for the final check, and the host pays one module call, not two, when all of these hold:
+    plan (instances_plan's) is one server, not a set of instances (each instance of a set is read again: another
+    may have died while one switched); measured is false (no benchmark ran on it after the converge: a benchmark
+    may end an engine); converged (the converge call's result) is this server's (name) and proved it serving:
+    outcome ready, unchanged or relabelled with healthy true (a server kept without a probe, a loading one or a
+    failed call proves nothing)."""
+    instances = (plan or {}).get("instances") or []
+    result = converged if isinstance(converged, dict) else {}
+    if (plan or {}).get("replicated") or len(instances) != 1 or measured or instances[0].get("name") != name:
+        return []
+    if (result.get("failed") or result.get("skipped") or result.get("loading") or result.get("healthy") is not True
+            or result.get("outcome") not in PROVED_SERVING or not result.get("pid")):
+        return []
+    checked = {"serving": True, "healthy": True, "problem": None, "pid": result["pid"], "variant": result.get("variant"),
+               "url": result.get("url"), "outcome": result["outcome"], "read_by": "converge",
+               "reason": "it serves: %s" % CONVERGE_READ}
+    return [{"name": name, "instance": instances[0].get("instance"), "checked": checked}]
+
+
 def _line(name, checked, member, router):
     if checked.get("problem") or checked.get("failed"):
         return "%s: FAILED - %s" % (name, checked.get("problem") or checked.get("msg") or "the check failed")
@@ -31,6 +62,8 @@ def _line(name, checked, member, router):
     text = "%s: %s serves (pid %s) on %s" % (name, variant, checked.get("pid"), checked.get("url"))
     if member and member.get("listed") and member.get("healthy"):
         text += ", listed healthy by router %s" % ((router or {}).get("router_url") or "")
+    if checked.get("read_by") == "converge":
+        text += " (%s)" % CONVERGE_READ
     return text
 
 

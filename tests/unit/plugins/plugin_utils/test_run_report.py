@@ -109,3 +109,38 @@ def test_plan_words_say_an_instance_that_goes_back_into_its_router():
     assert _run_report.plan_words(switch_plan, plans, behind_router=True) == [
         "r0: keeps v1 (pid 11), healthy; not in its router: put back first, nothing restarts",
         "r1: keeps v1 (pid 12), healthy; stays in the router, nothing restarts"]
+
+
+ONE = {"replicated": False, "instances": [{"instance": None, "name": "demo", "port": 8000}]}
+SET = {"replicated": True, "instances": [{"instance": "r0", "name": "demo.r0", "port": 8001}]}
+
+
+def converged(**fields):
+    result = {"outcome": "ready", "healthy": True, "loading": False, "pid": 4242, "variant": "batched",
+              "url": "http://127.0.0.1:8000", "changed": True, "failed": False}
+    result.update(fields)
+    return result
+
+
+def test_a_converge_that_proved_a_hosts_one_server_serving_stands_for_its_final_check():
+    for outcome in ("ready", "unchanged", "relabelled"):
+        checks = _run_report.converge_checks(ONE, converged(outcome=outcome), "demo")
+        assert [(c["name"], c["instance"]) for c in checks] == [("demo", None)]
+        assert checks[0]["checked"]["serving"] and checks[0]["checked"]["pid"] == 4242
+    verdict = _run_report.final_check(checks)
+    assert verdict["ok"] and verdict["msg"] == "1 of 1 instance(s) serve, each alive and answering"
+    assert verdict["lines"] == ["demo: batched serves (pid 4242) on http://127.0.0.1:8000 "
+                                "(as this run's converge call read it)"]
+
+
+def test_every_other_case_reads_the_instance_again():
+    assert _run_report.converge_checks(ONE, converged(), "demo", measured=True) == []  # a benchmark ran after it
+    assert _run_report.converge_checks(SET, converged(), "demo.r0") == []  # a set: another may have died meanwhile
+    assert _run_report.converge_checks(ONE, converged(), "other") == []  # not this server's result
+    assert _run_report.converge_checks(ONE, None, "demo") == []
+    assert _run_report.converge_checks({"replicated": False, "instances": []}, converged(), "demo") == []
+    for fields in ({"healthy": None, "outcome": "unchanged"},  # kept without a probe
+                   {"loading": True, "outcome": "loading", "healthy": False},
+                   {"failed": True}, {"skipped": True}, {"outcome": "rolled_back"}, {"outcome": "stopped"},
+                   {"pid": None}):
+        assert _run_report.converge_checks(ONE, converged(**fields), "demo") == [], fields
