@@ -2,7 +2,7 @@
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One instance and its router (serving_router), each a pure function of plugin_utils/_replicas:
-converge_action, worker_url, switch_router, router_type, router_membership, replicas_summary,
+converge_action, converge_words, worker_url, switch_router, router_type, router_membership, replicas_summary,
 converge_result, bench_now and gpu_check_params; and
 name_list of plugin_utils/_variants."""
 
@@ -27,6 +27,11 @@ def _call(name, func, *args):
 def converge_action(result, membership=None):
     """What a converge call does to one server, from its plan or result: switch, relabel, keep (or add)."""
     return _call("converge_action", _replicas.converge_action, result, membership)
+
+
+def converge_words(result, found=None, wanted="", planning=False):
+    """What a converge call did (or its plan would do) to one server, in the words show.yml prints."""
+    return _call("converge_words", _replicas.converge_words, result, found, wanted, planning)
 
 
 def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None):
@@ -76,7 +81,7 @@ def name_list(value):
 
 class FilterModule(object):
     def filters(self):
-        return {"converge_action": converge_action, "worker_url": worker_url, "router_type": router_type,
+        return {"converge_action": converge_action, "converge_words": converge_words, "worker_url": worker_url, "router_type": router_type,
                 "switch_router": switch_router, "router_membership": router_membership,
                 "replicas_summary": replicas_summary, "converge_result": converge_result, "bench_now": bench_now,
                 "gpu_check_params": gpu_check_params,

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The decisions of playbooks/rollout.yml, each a pure function of plugin_utils/_rollout:
 rollout_settings, rollout_progress, rollout_host_plan, canary_gate, rollout_canary_gate,
-rollout_outcome, rollout_failure, rollout_verdict and rollout_summary."""
+rollout_outcome, rollout_failure, rollout_verdict, rollout_summary and rollout_scope."""
 
 from __future__ import annotations
 
@@ -59,6 +59,12 @@ def _mapping(name, what, value):
     return value
 
 
+def rollout_scope(switch_plan, selected="all"):
+    """The instances a host's first switch of the rollout acts on: the plan's first (a host of instances), else the
+    run's own selection."""
+    return _call("rollout_scope", _rollout.scope, switch_plan, selected)
+
+
 def rollout_settings(given):
     """The rollout_* variables (name -> value, None where not given) checked and normalised."""
     return _call("rollout_settings", _rollout.settings, _mapping("rollout_settings", "the settings", given))
@@ -102,4 +108,4 @@ class FilterModule(object):
         return {"canary_gate": canary_gate, "rollout_verdict": rollout_verdict, "rollout_summary": rollout_summary,
                 "rollout_settings": rollout_settings, "rollout_progress": rollout_progress,
                 "rollout_host_plan": rollout_host_plan, "rollout_canary_gate": rollout_canary_gate,
-                "rollout_outcome": rollout_outcome, "rollout_failure": rollout_failure}
+                "rollout_outcome": rollout_outcome, "rollout_failure": rollout_failure, "rollout_scope": rollout_scope}

@@ -475,6 +475,33 @@ def converge_action(result, membership=None):
     return KEEP
 
 
+def converge_words(result, found=None, wanted="", planning=False):
+    """What one converge call did, or its plan (planning) would do, to one server, in words: the line show.yml
+    prints under the variant and its argv. result: inference_server's result or check-mode plan; found: what it
+    found serving before (result's current, {} when nothing was recorded); wanted: the variant's name.
+
+    'serves it already as A: relabelled A -> B, nothing restarts'; 'serves it already, healthy: nothing to change'
+    (with ' (<how its state file was rebuilt>, and written again)'); 'switched from A: <reason>' ('switched from
+    pid N, variant unknown' when the recorded server had no label); 'started, nothing recorded before: <reason>'.
+    A plan says relabelling, switching from, starting."""
+    result = result if isinstance(result, Mapping) else {}
+    found = found if isinstance(found, Mapping) else {}
+    action = converge_action(result)
+    if action == RELABEL:
+        return "serves it already as %s: %s %s -> %s, nothing restarts" % (
+            found.get("variant"), "relabelling" if planning else "relabelled", found.get("variant"), wanted)
+    if action != SWITCH:
+        recovered = result.get("recovered")
+        return "serves it already, healthy: nothing to change" + (
+            " (%s, and written again)" % recovered if "recovered" in result else "")
+    if "variant" in found:
+        what = "%s %s" % ("switching from" if planning else "switched from",
+                          found["variant"] or "pid %s, variant unknown" % found.get("pid"))
+    else:
+        what = "%s, nothing recorded before" % ("starting" if planning else "started")
+    return "%s: %s" % (what, result.get("reason"))
+
+
 def _absence(membership):
     return "it was listed unhealthy" if (membership or {}).get("listed") else "it was not in its router"
 

@@ -330,6 +330,18 @@ def host_plan(variant, settings_, serving=None, fingerprint=None, switches=False
             "gate": gate}
 
 
+def scope(switch_plan, selected="all"):
+    """The instances that the rollout's first switch of a host acts on, and its verify and a slower canary's roll
+    back after it. On a host of instances (switch_plan: the serve_variant role's plan of them, replicated) that
+    is the plan's first: the canary instance alone on a canary host, else every selected instance that switches
+    (the rest, if any, follow once the canary passed). On a one-server host it is the run's own selection
+    (-e instances; 'all' when none is given, and the role refuses one that names instances)."""
+    plan = switch_plan if hasattr(switch_plan, "get") else {}
+    if _flag(plan.get("replicated")):
+        return list(plan.get("first") or [])
+    return "all" if selected in (None, "") else selected
+
+
 def new_levels(result, variant, fingerprint):
     """The levels of a throughput_bench result when it measured `variant` at `fingerprint` (its labels
     say so), else []: the result left over from benchmarking the previous variant is not the canary's."""

@@ -7,6 +7,8 @@ words (plan_words). Controller side, pure functions."""
 
 from __future__ import annotations
 
+import posixpath
+
 
 def _router_problem(name, member, router):
     """Why the router's listing does not show this serving instance listed healthy, or None. member: the
@@ -37,12 +39,14 @@ def converge_checks(plan, converged, name, measured=False):
     reading stands for the final check, and the host pays one module call, not two, when all of these hold:
     plan (instances_plan's) is one server, not a set of instances (each instance of a set is read again: another
     may have died while one switched); measured is false (no benchmark ran on it after the converge: a benchmark
-    may end an engine); converged (the converge call's result) is this server's (name) and proved it serving:
-    outcome ready, unchanged or relabelled with healthy true (a server kept without a probe, a loading one or a
-    failed call proves nothing)."""
+    may end an engine); converged (the converge call's result) is this server's (its state file is NAME.json on
+    the host) and proved it serving: outcome ready, unchanged or relabelled with healthy true (a server kept
+    without a probe, a loading one or a failed call proves nothing)."""
     instances = (plan or {}).get("instances") or []
     result = converged if isinstance(converged, dict) else {}
     if (plan or {}).get("replicated") or len(instances) != 1 or measured or instances[0].get("name") != name:
+        return []
+    if posixpath.basename(str(result.get("state_file") or "")) != "%s.json" % name:  # another server's result
         return []
     if (result.get("failed") or result.get("skipped") or result.get("loading") or result.get("healthy") is not True
             or result.get("outcome") not in PROVED_SERVING or not result.get("pid")):

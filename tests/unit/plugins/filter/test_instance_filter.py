@@ -19,7 +19,8 @@ from ansible_collections.inferops.serving.plugins.filter import instance as inst
 from ansible_collections.inferops.serving.plugins.filter import replicas as replicas_filter
 
 HERE = os.path.dirname(os.path.abspath(instance_filter.__file__))
-NAMES = ["bench_now", "converge_action", "converge_result", "gpu_check_params", "name_list", "replicas_summary",
+NAMES = ["bench_now", "converge_action", "converge_result", "converge_words", "gpu_check_params", "name_list",
+         "replicas_summary",
          "router_membership", "router_type", "switch_router",
          "worker_url"]
 

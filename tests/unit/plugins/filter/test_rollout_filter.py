@@ -61,8 +61,8 @@ def test_summary_names_what_every_host_serves_now():
 def test_the_module_registers_exactly_its_filters_each_with_its_documentation():
     filters = rollout_filter.FilterModule().filters()
     assert sorted(filters) == ["canary_gate", "rollout_canary_gate", "rollout_failure", "rollout_host_plan",
-                               "rollout_outcome", "rollout_progress", "rollout_settings", "rollout_summary",
-                               "rollout_verdict"]
+                               "rollout_outcome", "rollout_progress", "rollout_scope", "rollout_settings",
+                               "rollout_summary", "rollout_verdict"]
     assert all(filters[name] is getattr(rollout_filter, name) for name in filters)
     here = os.path.dirname(os.path.abspath(rollout_filter.__file__))
     assert [name for name in filters if not os.path.isfile(os.path.join(here, "%s.yml" % name))] == []

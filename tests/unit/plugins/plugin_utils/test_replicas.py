@@ -552,6 +552,30 @@ def test_converge_action_reads_the_plan_as_the_role_does(result, action):
     assert rp.converge_action(result) == action
 
 
+@pytest.mark.parametrize("result, found, planning, words", [
+    ({"outcome": "relabelled", "healthy": True, "changed": True}, {"variant": "fast"}, False,
+     "serves it already as fast: relabelled fast -> nextn, nothing restarts"),
+    ({"outcome": "relabelled", "healthy": True}, {"variant": "fast"}, True,
+     "serves it already as fast: relabelling fast -> nextn, nothing restarts"),
+    ({"outcome": "unchanged", "healthy": True, "changed": False}, {"variant": "nextn"}, False,
+     "serves it already, healthy: nothing to change"),
+    ({"outcome": "unchanged", "healthy": True, "changed": True, "recovered": "state file was missing: rebuilt from pid 7"},
+     {"variant": "nextn"}, False,
+     "serves it already, healthy: nothing to change (state file was missing: rebuilt from pid 7, and written again)"),
+    ({"outcome": "ready", "changed": True, "reason": "the configuration changed"}, {"variant": "fast"}, False,
+     "switched from fast: the configuration changed"),
+    ({"outcome": None, "changed": False, "reason": "the configuration changed"}, {"variant": "fast"}, True,
+     "switching from fast: the configuration changed"),
+    ({"outcome": "ready", "changed": True, "reason": "what runs cannot be confirmed"}, {"variant": None, "pid": 4242},
+     False, "switched from pid 4242, variant unknown: what runs cannot be confirmed"),
+    ({"outcome": "ready", "changed": True, "reason": "nothing runs"}, {}, False,
+     "started, nothing recorded before: nothing runs"),
+    ({"outcome": None, "reason": "nothing runs"}, None, True, "starting, nothing recorded before: nothing runs"),
+])
+def test_converge_words_say_what_the_converge_call_did_or_would_do(result, found, planning, words):
+    assert rp.converge_words(result, found, "nextn", planning) == words
+
+
 def test_instances_that_keep_their_server_stay_in_the_router():
     plans = {"r0": {"result": KEEP_RESULT}, "r1": {"result": switching()}, "r2": {"result": KEEP_RESULT},
              "r3": {"result": switching("v1", "fp-r3"), "bench": True}}

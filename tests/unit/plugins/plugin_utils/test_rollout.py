@@ -318,3 +318,15 @@ def test_a_drained_host_goes_back_into_the_load_balancer_only_when_it_serves(sta
     ending = ro._ending({"status": status, "variant": "v", "previous": "v", "drained": True, "detail": ""})
     assert ending["undrain"] is (status in ro.SERVING)
     assert not ro._ending({"status": status, "variant": "v", "previous": "v", "drained": False, "detail": ""})["undrain"]
+
+
+@pytest.mark.parametrize("switch_plan, selected, scope", [
+    ({"replicated": True, "first": ["r0"], "rest": ["r1", "r2"]}, "all", ["r0"]),  # the canary instance alone
+    ({"replicated": True, "first": ["r1", "r2"], "rest": []}, "r1,r2", ["r1", "r2"]),  # every one that switches
+    ({"replicated": True, "first": [], "rest": []}, "all", []),  # nothing switches: nothing to act on
+    ({"replicated": False}, "all", "all"),  # a one-server host: the run's own selection
+    ({}, None, "all"),  # before the plan (rollout_replicas starts empty)
+    (None, "", "all"),
+])
+def test_the_rollouts_first_switch_acts_on_the_plans_first_or_the_runs_selection(switch_plan, selected, scope):
+    assert ro.scope(switch_plan, selected) == scope

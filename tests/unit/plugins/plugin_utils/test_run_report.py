@@ -117,7 +117,8 @@ SET = {"replicated": True, "instances": [{"instance": "r0", "name": "demo.r0", "
 
 def converged(**fields):
     result = {"outcome": "ready", "healthy": True, "loading": False, "pid": 4242, "variant": "batched",
-              "url": "http://127.0.0.1:8000", "changed": True, "failed": False}
+              "url": "http://127.0.0.1:8000", "changed": True, "failed": False,
+              "state_file": "/var/lib/inferops/serving/demo.json"}
     result.update(fields)
     return result
 
@@ -142,5 +143,5 @@ def test_every_other_case_reads_the_instance_again():
     for fields in ({"healthy": None, "outcome": "unchanged"},  # kept without a probe
                    {"loading": True, "outcome": "loading", "healthy": False},
                    {"failed": True}, {"skipped": True}, {"outcome": "rolled_back"}, {"outcome": "stopped"},
-                   {"pid": None}):
+                   {"pid": None}, {"state_file": "/var/lib/inferops/serving/other.json"}, {"state_file": None}):
         assert _run_report.converge_checks(ONE, converged(**fields), "demo") == [], fields
