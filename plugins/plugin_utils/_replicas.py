@@ -486,14 +486,14 @@ def converge_words(result, found=None, wanted="", planning=False):
     A plan says relabelling, switching from, starting."""
     result = result if isinstance(result, Mapping) else {}
     found = found if isinstance(found, Mapping) else {}
+    planning = _flag(planning)
     action = converge_action(result)
     if action == RELABEL:
         return "serves it already as %s: %s %s -> %s, nothing restarts" % (
             found.get("variant"), "relabelling" if planning else "relabelled", found.get("variant"), wanted)
     if action != SWITCH:
-        recovered = result.get("recovered")
         return "serves it already, healthy: nothing to change" + (
-            " (%s, and written again)" % recovered if "recovered" in result else "")
+            " (%s, and written again)" % result["recovered"] if "recovered" in result else "")
     if "variant" in found:
         what = "%s %s" % ("switching from" if planning else "switched from",
                           found["variant"] or "pid %s, variant unknown" % found.get("pid"))

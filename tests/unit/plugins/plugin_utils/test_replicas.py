@@ -571,6 +571,7 @@ def test_converge_action_reads_the_plan_as_the_role_does(result, action):
     ({"outcome": "ready", "changed": True, "reason": "nothing runs"}, {}, False,
      "started, nothing recorded before: nothing runs"),
     ({"outcome": None, "reason": "nothing runs"}, None, True, "starting, nothing recorded before: nothing runs"),
+    ({"outcome": None, "reason": "nothing runs"}, None, "false", "started, nothing recorded before: nothing runs"),
 ])
 def test_converge_words_say_what_the_converge_call_did_or_would_do(result, found, planning, words):
     assert rp.converge_words(result, found, "nextn", planning) == words
