@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 
-from switchbed import BENCH, STOP, fleet, started, switch  # noqa: F401 pylint: disable=unused-import
+from switchbed import BENCH, STOP, fleet, serving, started, switch  # noqa: F401 pylint: disable=unused-import
 
 from test_replicas import listed, replicas, router  # noqa: F401 (the fixtures) pylint: disable=unused-import
 
@@ -64,7 +64,8 @@ def two_behind(router, replicas):
 
 def said(run):
     """What the final check said each instance leaves serving (its debug task's lines)."""
-    found = [r["result"]["msg"] for r in run.results(action="debug") if r["task"].endswith("leaves serving")]
+    found = [r["result"]["msg"] for r in run.results(action="debug")
+             if r["task"].endswith("leaves serving") and r["status"] != "skipped"]
     assert found, run.stdout[-3000:]
     return found[-1]
 
@@ -146,3 +147,28 @@ def test_a_bench_on_a_one_server_host_fails_when_its_engine_died_during_it(switc
     assert len(failed) == 1 and failed[0]["msg"] == "what this run leaves serving is not right: " + expected, failed
     assert said(run) == ["sv: FAILED - " + expected]
     assert _procs.listeners(fleet.port) == []  # nothing was started in its place: a check changes nothing
+
+
+def test_a_one_server_switch_is_read_once_by_its_converge_call_and_again_after_a_benchmark(switch, fleet):  # noqa: F811 pylint: disable=redefined-outer-name
+    """A host's one server: the converge call's own reading (a new engine health-gated, a kept one probed) is what
+    the run says it leaves serving, with no second module call; after a benchmark it is read again."""
+    first = started(switch, fleet, "fast")
+    for variant, kept in (("slow", False), ("slow", True)):  # a switch, then a re-run that keeps it
+        run = switch(variant, extra={"bench": "never"})
+        assert run.rc == 0, run.stdout[-3000:]
+        record = serving(fleet, variant)
+        assert (record["pid"] == first["pid"]) is False and (not kept or record["pid"] == pid), record
+        pid = record["pid"]
+        calls = [c for c in run.results("inference_server", checks=True) if c["status"] != "skipped"]
+        assert len(calls) == 1 and "state=checked" not in calls[0]["task"] and not [c for c in calls if c not in run.results(
+            "inference_server")], [c["task"] for c in calls]
+        url = calls[0]["result"]["url"]
+        assert said(run) == ["sv: %s serves (pid %d) on %s (as this run's converge call read it)" % (variant, pid, url)]
+    fleet.set_vars(serving_bench={"concurrency": [1], "requests_per_level": 2, "input_tokens": 8,
+                                  "output_tokens": 4, "warmup": 0})
+    run = switch("slow", extra={"bench": "always"})  # a benchmark may end an engine: the server is read again
+    assert run.rc == 0, run.stdout[-3000:]
+    serving(fleet, "slow", pid=pid)
+    checks = [r for r in run.results("inference_server", checks=True) if r not in run.results("inference_server")]  # state=checked
+    assert len(checks) == 1 and checks[0]["result"]["pid"] == pid, checks
+    assert said(run) == ["sv: slow serves (pid %d) on %s" % (pid, url)]
