@@ -2,7 +2,8 @@
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The decisions of replicas (serving_instances), each a pure function of plugin_utils/_replicas:
-instances_plan, instance_fit, instance_engine_args, replica_switch_plan, drain_metric and hook_argv."""
+instances_plan, instance_fit, instance_engine_args, replica_switch_plan, drain_metric, serving_drain_metric and
+hook_argv."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ def drain_metric(spec):
     return _call("drain_metric", _replicas.drain_metric, spec)
 
 
+def serving_drain_metric(serving, catalog, engine=None, model=None):
+    """The in-flight gauge a drain of an instance waits on, from the variant it serves now ('' for none)."""
+    return _call("serving_drain_metric", _replicas.serving_drain_metric, serving, catalog, engine, model)
+
+
 def hook_argv(argv, instance, url, host=""):
     """A router hook's argv for one instance, its placeholders replaced."""
     return _call("hook_argv", _replicas.hook_argv, argv, instance, url, host)
@@ -64,4 +70,5 @@ class FilterModule(object):
     def filters(self):
         return {"instances_plan": instances_plan, "instance_fit": instance_fit,
                 "instance_engine_args": instance_engine_args,
-                "replica_switch_plan": replica_switch_plan, "drain_metric": drain_metric, "hook_argv": hook_argv}
+                "replica_switch_plan": replica_switch_plan, "drain_metric": drain_metric,
+                "serving_drain_metric": serving_drain_metric, "hook_argv": hook_argv}

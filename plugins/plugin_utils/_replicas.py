@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from ansible_collections.inferops.serving.plugins.module_utils import _router
+from ansible_collections.inferops.serving.plugins.plugin_utils import _variants
 
 # an instance becomes server <serving_name>.<instance>: no dot in the name, so no two can collide
 NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -767,6 +768,20 @@ def drain_metric(spec):
     if own:
         return str(own)
     return DRAIN_METRICS.get(spec.get("engine") or "", "")
+
+
+def serving_drain_metric(serving, catalog, engine=None, model=None):
+    """The gauge to drain an instance on: that of the variant it serves now (serving: its state record, or its
+    plan's `current`; {} when nothing serves), resolved from the catalog. '' when nothing serves, or when it serves
+    a variant the catalog no longer holds: the drain then reads the router's count, else waits its timeout."""
+    variant = serving.get("variant") if isinstance(serving, Mapping) else None
+    if not variant or not isinstance(catalog, Mapping) or variant not in catalog:
+        return ""
+    try:
+        spec = _variants.resolve(catalog, variant, engine=engine, model=model)
+    except _variants.VariantError as exc:
+        raise PlanError(str(exc))
+    return drain_metric(spec)
 
 
 def hook_argv(argv, instance, url, host=""):

@@ -29,12 +29,12 @@ CATALOG = {"base": {"engine_args": {"tp_size": 2, "mem_fraction_static": 0.8}},
 def test_the_module_registers_exactly_its_filters_each_with_its_documentation():
     filters = replicas_filter.FilterModule().filters()
     assert sorted(filters) == ["drain_metric", "hook_argv", "instance_engine_args", "instance_fit", "instances_plan",
-                               "replica_switch_plan"]
+                               "replica_switch_plan", "serving_drain_metric"]
     assert all(filters[name] is getattr(replicas_filter, name) for name in filters)
     assert [name for name in filters if not os.path.isfile(os.path.join(HERE, "%s.yml" % name))] == []
 
 
-@pytest.mark.parametrize("name", ["instances_plan", "instance_fit", "instance_engine_args"])
+@pytest.mark.parametrize("name", ["instances_plan", "instance_fit", "instance_engine_args", "serving_drain_metric"])
 def test_each_documentation_names_the_signature(name):
     with open(os.path.join(HERE, "%s.yml" % name)) as handle:
         doc = yaml.safe_load(handle)["DOCUMENTATION"]
@@ -85,3 +85,18 @@ def test_the_defaults_are_one_implicit_instance_switched_alone():
     plan = replicas_filter.instances_plan(None, "qwen")
     assert plan["replicated"] is False and plan["batches"] == [[None]]
     assert plan["instances"][0]["port"] == 8000 and plan["max_unavailable"] == 1 and plan["min_available"] == 1
+
+
+def test_serving_drain_metric_reads_the_variant_that_serves_now_from_the_catalog():
+    catalog = dict(CATALOG, own={"extends": "base", "drain_metric": "my:gauge"}, other={"engine": "vllm"})
+    assert replicas_filter.serving_drain_metric({"variant": "wide", "pid": 42}, catalog, "sglang", "m") == (
+        "sglang:num_running_reqs")
+    assert replicas_filter.serving_drain_metric({"variant": "own"}, catalog, "sglang", "m") == "my:gauge"
+    assert replicas_filter.serving_drain_metric({"variant": "other"}, catalog, "sglang", "m") == (
+        "vllm:num_requests_running")
+    assert replicas_filter.serving_drain_metric({"variant": "base"}, catalog, "transformers", "m") == ""
+    # nothing serves, or a variant the catalog no longer holds: no gauge, never an error
+    for serving in ({}, None, {"variant": None}, {"variant": "gone"}, "not a record"):
+        assert replicas_filter.serving_drain_metric(serving, catalog, "sglang", "m") == ""
+    with pytest.raises(AnsibleFilterError, match="^serving_drain_metric: "):
+        replicas_filter.serving_drain_metric({"variant": "loop"}, {"loop": {"extends": "loop"}}, "sglang", "m")
