@@ -87,8 +87,11 @@ check-setup: setup router-env tiny-model
 check-units: setup
 	python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not slow_sim" --stage check-units tests/unit
 
+# Three tests on two workers: xdist's default (load) hands fewer than two tests a worker out round robin, so one
+# worker ran the real transformers switch and the replica roll one after the other while the other stood idle
+# 141 s; worksteal lets the idle worker take a test still waiting on the busy one.
 check-smoke: setup router-env tiny-model
-	python -m pytest -q -p no:cacheprovider -n $(INTEGRATION_WORKERS) -m smoke --stage check-smoke tests/integration
+	python -m pytest -q -p no:cacheprovider -n $(INTEGRATION_WORKERS) --dist worksteal -m smoke --stage check-smoke tests/integration
 
 lint: setup ## ansible-lint, production profile, and the changelog's fragments (antsibull-changelog)
 	ansible --version | sed -n 1p  # what ansible-lint runs first (ansible-compat); a failure here says why
