@@ -16,6 +16,7 @@ import pytest
 from switchbed import ROOT, fake_engine, fleet, observed, serving, stand_in, switch  # noqa: F401 pylint: disable=unused-import
 
 from ansible_collections.inferops.serving.plugins.filter import compare as compare_filters
+from ansible_collections.inferops.serving.plugins.module_utils import _procs
 
 COMPARE = os.path.join(ROOT, "playbooks", "compare.yml")
 TTFT_MS, TOKENS = 5.0, 16
@@ -62,6 +63,21 @@ def test_keep_previous_restores_what_served_before(switch, fleet):
     assert lines[-1].startswith("compare localhost: winner slow (output ")
     after = serving(fleet, "fast")  # what served before the comparison serves again
     assert after["pid"] != before["pid"]
+
+
+def test_keep_previous_on_a_host_where_nothing_served_stops_what_the_comparison_started(switch, fleet):
+    """Nothing served before: keep=previous stops the server the comparison left (its GPUs verified clean), and the
+    end-of-run check finds nothing recorded, which is right."""
+    assert fleet.record() is None
+    run = switch(playbook=COMPARE, extra={"variants": ["fast", "slow"], "repeats": 1, "keep": "previous"})
+    assert run.rc == 0, run.stdout[-4000:]
+    stops = [r["result"] for r in run.results("inference_server")
+             if r["status"] != "skipped" and r["task"].endswith("(what runs) and verify every GPU clean")]
+    assert len(stops) == 1 and stops[0]["outcome"] == "stopped" and stops[0]["gpu_check"]["clean"], stops
+    assert _procs.listeners(fleet.port) == [] and fleet.record() is None
+    said = [r["result"]["msg"] for r in run.results(action="debug") if r["task"].endswith("leaves serving")
+            and r["status"] != "skipped"]
+    assert said[-1] == ["sv: nothing is recorded for it: nothing should serve"], said
 
 
 def test_a_variant_whose_benchmark_fails_is_recorded_with_the_benchmarks_reason(switch, fleet):
