@@ -41,6 +41,7 @@ import configparser
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -177,10 +178,13 @@ class Tree:
         own = [c.strip() for c in parser.get("defaults", "callbacks_enabled", fallback="").split(",") if c.strip()]
         self.callbacks = ",".join(own + ["record", "task_wall"])
         self.switches, self.reruns, self.floors, self.module_floors = [], [], [], []
+        self.switch_cpus, self.rerun_cpus = [], []
         self.profiles = {}
 
     def play(self, playbook, variant=None):
-        """(wall seconds, ready_s of a start or None, stdout, profile) of one ansible-playbook run in this tree."""
+        """(wall seconds, ready_s of a start or None, stdout, profile) of one ansible-playbook run in this tree;
+        self.cpu is then the CPU seconds (user + system) of the run and every process it waited for: its forked
+        workers, modules and their commands, not the engine it starts (which outlives the run)."""
         tag = time.monotonic_ns()
         record = os.path.join(self.tmp, "record-%d.jsonl" % tag)
         profile = os.path.join(self.tmp, "profile-%d.json" % tag)
@@ -194,9 +198,12 @@ class Tree:
         argv = [os.path.join(BIN, "ansible-playbook"), "-i", self.inv, playbook]
         if variant:
             argv += ["-e", "variant=%s" % variant]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         launched, start = time.time(), time.monotonic()
         proc = subprocess.run(argv, cwd=self.root, env=run_env, capture_output=True, text=True, check=False)
         wall, ended = time.monotonic() - start, time.time()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if proc.returncode != 0:
             raise SystemExit("%s: %s failed (rc=%d):\n%s" % (self.label, " ".join(argv), proc.returncode, proc.stdout[-3000:]))
         ready, start_rec = None, None
@@ -231,19 +238,22 @@ class Tree:
         if ready is None:
             raise SystemExit("%s: the switch to %s reported no ready_s (the record callback saw no healthy start)" % (self.label, variant))
         self.switches.append((wall, ready))
+        self.switch_cpus.append(self.cpu)
         self.profiles["switch"] = profile
         wall_again, _ready, out, profile = self.switch(variant)
         if "changed=0" not in out:
             raise SystemExit("%s: the re-run of %s changed something:\n%s" % (self.label, variant, out[-2000:]))
         self.reruns.append(wall_again)
+        self.rerun_cpus.append(self.cpu)
         self.profiles["re-run"] = profile
         floor = self.play(self.floor_playbook)[0]
         self.floors.append(floor)
         module_floor = self.play(self.module_floor_playbook)[0]
         self.module_floors.append(module_floor)
         print("%-9s switch to %s: %.2f s wall, engine ready in %.2f s -> overhead %.2f s; re-run %.2f s; floor %.2f s; "
-              "module floor %.2f s" % (self.label, variant, wall, ready, wall - ready, wall_again, floor, module_floor),
-              flush=True)
+              "module floor %.2f s; CPU switch %.2f s, re-run %.2f s"
+              % (self.label, variant, wall, ready, wall - ready, wall_again, floor, module_floor, self.switch_cpus[-1],
+                 self.rerun_cpus[-1]), flush=True)
 
     def medians(self):
         return (statistics.median(w - r for w, r in self.switches), statistics.median(self.reruns),
@@ -355,6 +365,14 @@ def summary(trees):
         base = labels[1] if labels[0] == "main" else labels[0]
         ratios = [m / b if b else float("nan") for m, b in zip(figures["main"], figures[base])]
         print("%-9s %15.2fx %7.2fx %6.2fx   (main / %s)" % ("ratio", ratios[0], ratios[1], ratios[2], base))
+        main, other = [t for t in trees if t.label == "main"][0], [t for t in trees if t.label == base][0]
+        # CPU moves less than wall with what else the machine does; the rounds alternate, so each round is a pair
+        print("CPU seconds (the run and every process it waited for, the engine excepted), medians: switch %.2f s / "
+              "%.2f s, re-run %.2f s / %.2f s (main / %s); median of the paired ratios: switch %.2fx, re-run %.2fx"
+              % (statistics.median(main.switch_cpus), statistics.median(other.switch_cpus),
+                 statistics.median(main.rerun_cpus), statistics.median(other.rerun_cpus), base,
+                 statistics.median(m / b for m, b in zip(main.switch_cpus, other.switch_cpus) if b),
+                 statistics.median(m / b for m, b in zip(main.rerun_cpus, other.rerun_cpus) if b)))
     module_floor = statistics.median(f for tree in trees for f in tree.module_floors)
     floor = statistics.median(f for tree in trees for f in tree.floors)
     print("this machine: a one-task playbook %.2f s, one module call (ansible.builtin.ping) %.2f s (medians over both "
