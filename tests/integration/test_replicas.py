@@ -323,6 +323,28 @@ def test_compare_on_a_host_of_replicas_measures_the_one_named(replicas):
     assert levels and all(level["labels"].get("instance") == "r1" for res in levels for level in res["results"])
 
 
+def test_compare_on_a_replica_behind_the_router_takes_it_out_meanwhile_and_puts_it_back(router, replicas):
+    """scoped.yml behind a router: the instance named leaves the router before it is measured and is back in,
+    listed healthy, after; the other replica is not touched and stays listed throughout."""
+    host = replicas(router_url=router.url, names=("r0", "r1"))
+    bench = {"concurrency": [1], "requests_per_level": 4, "input_tokens": 8, "output_tokens": 8, "warmup": 0}
+    host.write(serving_bench=bench, serving_bench_enabled=True)
+    assert host.play("v1", bench="never").rc == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and listed(router.url) != dict((url, True) for url in host.urls()):
+        time.sleep(0.2)
+    before = host.pids()
+    compare = os.path.join(ROOT, "playbooks", "compare.yml")
+    run = host.play(None, playbook=compare, variants="v1,v2", repeats=1, instances="r1", keep="last")
+    assert run.rc == 0, run.stdout[-4000:]
+    r1_url = "http://127.0.0.1:%d" % host.ports["r1"]
+    moves = [(r["result"].get("worker_url"), r["task"].split(" : ")[-1].split(" ")[0]) for r in run.results("router_worker")
+             if r["status"] != "skipped" and not r["task"].split(" : ")[-1].startswith("Read what router")]
+    assert [m for m in moves if m[0] == r1_url][:1] == [(r1_url, "Take")] and moves[-1][0] == r1_url, moves
+    assert host.pids()["r0"] == before["r0"] and host.variants() == {"r0": "v1", "r1": "v2"}
+    assert listed(router.url) == dict((url, True) for url in host.urls()), "r1 is back in its router, healthy"
+
+
 def test_a_host_without_instances_refuses_instances_named(replicas):
     host = replicas(names=("r0",))
     host.write(serving_instances={}, serving_port=host.ports["r0"])
