@@ -22,10 +22,11 @@ def final_check(checks, membership=None, router=None):
         raise AnsibleFilterError("final_check: %s" % exc)
 
 
-def converge_checks(plan, converged, name, measured=False):
-    """The final check's readings that the run's converge call already took (a host's one server, not measured)."""
+def converge_checks(plan, converged, name, measured=False, plans=None, switch_plan=None):
+    """The final check's readings that the run already took: its converge call's of a host's one server, or its
+    plans' of a set of instances it changed nothing on (not measured)."""
     try:
-        return _run_report.converge_checks(plan, converged, name, measured)
+        return _run_report.converge_checks(plan, converged, name, measured, plans, switch_plan)
     except (AttributeError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("converge_checks: %s" % exc)
 

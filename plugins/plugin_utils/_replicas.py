@@ -428,8 +428,8 @@ def worker_url(instance, router=None, serving_host="", address=""):
 def router_membership(listing, instances, router=None, serving_host="", address=""):
     """Whether the router lists each instance of the host, and healthy: listing is router_worker's result
     (its ``workers``: url and is_healthy of each), instances instances_plan's instances (each matched under
-    worker_url). Returns instance -> {listed, healthy, worker_url}; None when no listing was read (no router,
-    a command router, or the read was skipped)."""
+    worker_url). Returns instance -> {listed, healthy, worker_url, router_url (the listing's)}; None when no listing
+    was read (no router, a command router, or the read was skipped)."""
     if not isinstance(listing, Mapping) or not isinstance(listing.get("workers"), (list, tuple)):
         return None
     if not isinstance(instances, (list, tuple)):
@@ -446,7 +446,7 @@ def router_membership(listing, instances, router=None, serving_host="", address=
         except ValueError:
             found = []
         out[entry["instance"]] = {"listed": bool(found), "healthy": any(w.get("is_healthy") is True for w in found),
-                                  "worker_url": url}
+                                  "worker_url": url, "router_url": listing.get("router_url")}
     return out
 
 

@@ -28,33 +28,68 @@ def _router_problem(name, member, router):
 # a converge call's outcomes that end with its engine proved serving: health-gated after a start, or probed and kept
 PROVED_SERVING = ("ready", "unchanged", "relabelled")
 CONVERGE_READ = "as this run's converge call read it"
+PLAN_READ = "as this run's plan read it"
+READ_WORDS = {"converge": CONVERGE_READ, "plan": PLAN_READ}
 
 
-def converge_checks(plan, converged, name, measured=False):
-    """The final check's readings that this run's own converge call already took: [{"name", "instance",
-    "checked"}] (what final_check reads), or [] where every instance must be read again.
+def converge_checks(plan, converged, name, measured=False, plans=None, switch_plan=None):
+    """The final check's readings that this run already took: [{"name", "instance", "checked"}] (what final_check
+    reads), or [] where every instance must be read again. Nothing but a benchmark acts on an engine after the
+    run's last reading of it, so a reading that proved it serving stands, and the host pays no second module call,
+    when measured is false (no benchmark ran after it: a benchmark may end an engine) and:
 
-    A host's one server is read by the converge call itself at its end (the engine found alive and answering a
-    probe, or a new one health-gated), then nothing acts on it before the final check but a benchmark. So that
-    reading stands for the final check, and the host pays one module call, not two, when all of these hold:
-    plan (instances_plan's) is one server, not a set of instances (each instance of a set is read again: another
-    may have died while one switched); measured is false (no benchmark ran on it after the converge: a benchmark
-    may end an engine); converged (the converge call's result) is this server's (its state file is NAME.json on
-    the host) and proved it serving: outcome ready, unchanged or relabelled with healthy true (a server kept
-    without a probe, a loading one or a failed call proves nothing)."""
+    - a host's one server (plan, instances_plan's, is one server, not a set): converged, the converge call's result,
+      is this server's (its state file is NAME.json on the host) and proved it serving: outcome ready, unchanged or
+      relabelled with healthy true and a pid (a server kept without a probe, a loading one or a failed call proves
+      nothing);
+    - a set of instances (plan replicated) that the run changed nothing on: switch_plan (replica_switch_plan's)
+      takes none through the switch and puts none back into its router, and plans (instance -> {result}, the
+      check-mode plan of each) proved every instance of the host serving, unchanged, and listed healthy by its
+      router where the plan read the router's listing (switch_plan's membership). Each reading then carries its
+      membership ("member"). Where one instance switched, every instance is read again: another may have died
+      meanwhile."""
     instances = (plan or {}).get("instances") or []
-    result = converged if isinstance(converged, dict) else {}
-    if (plan or {}).get("replicated") or len(instances) != 1 or measured or instances[0].get("name") != name:
+    if measured or not instances:
         return []
+    if (plan or {}).get("replicated"):
+        return _plans_read(instances, plans, switch_plan)
+    if len(instances) != 1 or instances[0].get("name") != name:
+        return []
+    checked = _proved(converged, name, "converge", CONVERGE_READ)
+    return [{"name": name, "instance": instances[0].get("instance"), "checked": checked}] if checked else []
+
+
+def _plans_read(instances, plans, switch_plan):
+    """converge_checks for a set of instances: the readings of this run's plans, where it changed nothing."""
+    if not isinstance(plans, dict) or not isinstance(switch_plan, dict):
+        return []
+    if switch_plan.get("batches") or switch_plan.get("switching") or switch_plan.get("adding"):
+        return []
+    membership = switch_plan.get("membership") or {}
+    readings = []
+    for entry in instances:
+        key = entry.get("instance")
+        checked = _proved((plans.get(key) or {}).get("result"), entry.get("name"), "plan", PLAN_READ)
+        member = membership.get(key)
+        if checked is None or checked["outcome"] != "unchanged":
+            return []
+        if membership and not (isinstance(member, dict) and member.get("listed") and member.get("healthy")):
+            return []
+        readings.append({"name": entry.get("name"), "instance": key, "checked": checked, "member": member})
+    return readings
+
+
+def _proved(result, name, read_by, words):
+    """The final check's reading of server `name` in one module result (a converge call's, or a check-mode plan's)
+    that proved it serving, else None."""
+    result = result if isinstance(result, dict) else {}
     if posixpath.basename(str(result.get("state_file") or "")) != "%s.json" % name:  # another server's result
-        return []
+        return None
     if (result.get("failed") or result.get("skipped") or result.get("loading") or result.get("healthy") is not True
             or result.get("outcome") not in PROVED_SERVING or not result.get("pid")):
-        return []
-    checked = {"serving": True, "healthy": True, "problem": None, "pid": result["pid"], "variant": result.get("variant"),
-               "url": result.get("url"), "outcome": result["outcome"], "read_by": "converge",
-               "reason": "it serves: %s" % CONVERGE_READ}
-    return [{"name": name, "instance": instances[0].get("instance"), "checked": checked}]
+        return None
+    return {"serving": True, "healthy": True, "problem": None, "pid": result["pid"], "variant": result.get("variant"),
+            "url": result.get("url"), "outcome": result["outcome"], "read_by": read_by, "reason": "it serves: %s" % words}
 
 
 def _line(name, checked, member, router):
@@ -65,15 +100,16 @@ def _line(name, checked, member, router):
     variant = checked.get("variant") or "(no variant label)"
     text = "%s: %s serves (pid %s) on %s" % (name, variant, checked.get("pid"), checked.get("url"))
     if member and member.get("listed") and member.get("healthy"):
-        text += ", listed healthy by router %s" % ((router or {}).get("router_url") or "")
-    if checked.get("read_by") == "converge":
-        text += " (%s)" % CONVERGE_READ
+        text += ", listed healthy by router %s" % ((router or {}).get("router_url") or member.get("router_url") or "")
+    if checked.get("read_by") in READ_WORDS:
+        text += " (%s)" % READ_WORDS[checked["read_by"]]
     return text
 
 
 def final_check(checks, membership=None, router=None):
     """checks: [{"name": the instance's server name, "instance": its instance key, "checked": inference_server
-    state=checked's registered result}]. A failed check carries its message in "problem" (the role registers it
+    state=checked's registered result}, or a reading converge_checks returned, which may carry its own router
+    "member"]. A failed check carries its message in "problem" (the role registers it
     with failed_when, so that every instance is checked first). membership: instance -> {listed, healthy,
     worker_url} (router_membership of the one listing read for the whole host; None: not behind a router, or
     a command router); router: that read's registered result (router_worker state=present in check mode), for
@@ -87,7 +123,8 @@ def final_check(checks, membership=None, router=None):
     for check in checks or []:
         name = check.get("name") or "?"
         checked = check.get("checked") or {}
-        member = membership.get(check.get("instance")) if read else None
+        # a reading this run took before (converge_checks) carries the router membership it was taken with
+        member = check["member"] if "member" in check else (membership.get(check.get("instance")) if read else None)
         if checked.get("problem") or checked.get("failed"):
             problems.append(checked.get("problem") or checked.get("msg") or "%s: the check failed without a message" % name)
         else:

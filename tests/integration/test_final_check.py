@@ -105,10 +105,22 @@ def test_a_switch_fails_when_another_replica_died_during_it_naming_it(router, re
 
 def test_a_run_that_leaves_every_replica_serving_passes_and_says_so(router, replicas):
     host = two_behind(router, replicas)
-    run = host.play("v1")  # every replica keeps v1: nothing changes, and the final check reads each one
+    # every replica keeps v1: nothing changes, and what the plans read (each engine probed, the router's listing)
+    # is what the run says, with no module call after them (filter converge_checks)
+    run = host.play("v1")
     assert run.rc == 0, run.stdout[-3000:]
-    assert said(run) == ["rep.%s: v1 serves (pid %d) on http://127.0.0.1:%d, listed healthy by router %s" % (
-        name, host.pids()[name], host.ports[name], router.url) for name in ("r0", "r1")]
+    assert said(run) == ["rep.%s: v1 serves (pid %d) on http://127.0.0.1:%d, listed healthy by router %s (as this run's "
+                         "plan read it)" % (name, host.pids()[name], host.ports[name], router.url) for name in ("r0", "r1")]
+    assert [r for r in run.results("inference_server", checks=True) if r not in run.results("inference_server")] == []
+    # r1 switches: then the final check reads each one again (r0 might have died meanwhile)
+    run = host.play("v2", instances="r1")
+    assert run.rc == 0, run.stdout[-3000:]
+    pids = host.pids()
+    assert said(run) == ["rep.r0: v1 serves (pid %d) on http://127.0.0.1:%d, listed healthy by router %s" % (
+        pids["r0"], host.ports["r0"], router.url), "rep.r1: v2 serves (pid %d) on http://127.0.0.1:%d, listed healthy "
+        "by router %s" % (pids["r1"], host.ports["r1"], router.url)]
+    checks = [r for r in run.results("inference_server", checks=True) if r not in run.results("inference_server")]
+    assert [r["result"]["pid"] for r in checks] == [pids["r0"], pids["r1"]] and all(map(_procs.alive, pids.values()))
     run = host.play(None, playbook=STOP)  # a stop leaves nothing recorded: nothing should serve, which passes
     assert run.rc == 0, run.stdout[-3000:]
     assert said(run) == ["rep.%s: nothing is recorded for it: nothing should serve" % name for name in ("r0", "r1")]

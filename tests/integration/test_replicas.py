@@ -413,14 +413,21 @@ def test_a_switch_to_what_serves_takes_nothing_out_of_the_router(router, replica
         run = host.play("v1")
     assert run.rc == 0, run.stdout[-4000:]
     assert run.recap()["changed"] == 0, run.stdout[-3000:]
-    # the only router_worker calls are the plan's read of the listing and the final check's, once for the whole
-    # host (check mode: they change nothing)
+    # the only router_worker call is the plan's read of the listing, once for the whole host (check mode: it
+    # changes nothing); the end-of-run check says what that read and each instance's plan found (converge_checks),
+    # with no second read of the router and no state=checked call
     calls = [r for r in run.results("router_worker") if r["status"] != "skipped"]
-    assert [r["task"].split(" : ")[1].split(" http")[0] for r in calls] == ["Read what router"] * 2, calls
-    assert "once for every instance" in calls[1]["task"], calls[1]["task"]
+    assert [r["task"].split(" : ")[1].split(" http")[0] for r in calls] == ["Read what router"], calls
     assert not [r for r in calls if r["result"].get("changed")], "no replica left the router"
+    calls = [r for r in run.results("inference_server", checks=True) if r["status"] != "skipped"]
+    assert len(calls) == len(NAMES) and all("Plan the server in check mode" in r["task"] for r in calls), [r["task"] for r in calls]
     assert host.pids() == before and load.failed == 0
     assert listed(router.url) == dict((url, True) for url in host.urls())
+    said = [line for r in run.results(action="debug") if r["task"].endswith("leaves serving") and r["status"] != "skipped"
+            for line in r["result"]["msg"]]
+    assert said == ["rep.%s: v1 serves (pid %d) on http://127.0.0.1:%d, listed healthy by router %s (as this run's plan "
+                    "read it)" % (name, before[name], host.ports[name], router.url) for name in NAMES], run.stdout[-3000:]
+    assert all(os.path.exists("/proc/%d" % before[name]) for name in NAMES)
 
 
 def benched_labels(run):

@@ -719,18 +719,20 @@ TWO = [dict(R0, selected=True), {"instance": "r1", "port": 30001, "router": None
 
 def test_membership_matches_each_instance_as_router_worker_does():
     listing = {"workers": [{"url": "http://LOCALHOST:30000/", "is_healthy": True},
-                           {"url": "http://127.0.0.1:30002", "is_healthy": True}]}
+                           {"url": "http://127.0.0.1:30002", "is_healthy": True}], "router_url": "http://127.0.0.1:30080"}
     out = rp.router_membership(listing, TWO, {}, "127.0.0.1", "h")
-    assert out == {"r0": {"listed": True, "healthy": True, "worker_url": "http://127.0.0.1:30000"},
-                   "r1": {"listed": False, "healthy": False, "worker_url": "http://127.0.0.1:30001"}}
+    assert out == {"r0": {"listed": True, "healthy": True, "worker_url": "http://127.0.0.1:30000",
+                          "router_url": "http://127.0.0.1:30080"},
+                   "r1": {"listed": False, "healthy": False, "worker_url": "http://127.0.0.1:30001",
+                          "router_url": "http://127.0.0.1:30080"}}
     unhealthy = rp.router_membership({"workers": [{"url": "http://127.0.0.1:30001", "is_healthy": False}]}, TWO,
                                      None, "127.0.0.1")
-    assert unhealthy["r1"] == {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:30001"}
+    assert unhealthy["r1"] == {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:30001", "router_url": None}
     # the URL spelled as given wins over a loopback alias, as in router_worker (module_utils/_router.find_worker)
     both = rp.router_membership({"workers": [{"url": "http://localhost:30001", "is_healthy": True},
                                              {"url": "http://127.0.0.1:30001", "is_healthy": False}]}, TWO, None,
                                 "127.0.0.1")
-    assert both["r1"] == {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:30001"}
+    assert both["r1"] == {"listed": True, "healthy": False, "worker_url": "http://127.0.0.1:30001", "router_url": None}
 
 
 @pytest.mark.parametrize("listing", [None, {}, {"skipped": True, "changed": False}, "text"])

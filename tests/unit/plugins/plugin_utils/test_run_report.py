@@ -145,3 +145,60 @@ def test_every_other_case_reads_the_instance_again():
                    {"failed": True}, {"skipped": True}, {"outcome": "rolled_back"}, {"outcome": "stopped"},
                    {"pid": None}, {"state_file": "/var/lib/inferops/serving/other.json"}, {"state_file": None}):
         assert _run_report.converge_checks(ONE, converged(**fields), "demo") == [], fields
+
+
+PAIR = {"replicated": True, "instances": [{"instance": "r0", "name": "rep.r0", "port": 8001},
+                                          {"instance": "r1", "name": "rep.r1", "port": 8002}]}
+
+
+def kept(name, pid, port):
+    """inference_server's check-mode plan of a server it keeps: probed, healthy, unchanged."""
+    return {"result": converged(outcome="unchanged", changed=False, pid=pid, variant="v1", url="http://127.0.0.1:%d" % port,
+                                state_file="/var/lib/inferops/serving/%s.json" % name)}
+
+
+def member(port, listed=True, healthy=True):
+    return {"listed": listed, "healthy": healthy, "worker_url": "http://127.0.0.1:%d" % port,
+            "router_url": "http://127.0.0.1:30080"}
+
+
+NOTHING_TO_DO = {"batches": [], "switching": [], "adding": [], "membership": {"r0": member(8001), "r1": member(8002)}}
+
+
+def test_a_set_of_instances_the_run_changed_nothing_on_is_told_as_its_plans_read_it():
+    plans = {"r0": kept("rep.r0", 11, 8001), "r1": kept("rep.r1", 12, 8002)}
+    checks = _run_report.converge_checks(PAIR, None, "rep", plans=plans, switch_plan=NOTHING_TO_DO)
+    assert [(c["name"], c["instance"], c["checked"]["pid"], c["checked"]["read_by"]) for c in checks] == [
+        ("rep.r0", "r0", 11, "plan"), ("rep.r1", "r1", 12, "plan")]
+    verdict = _run_report.final_check(checks)
+    assert verdict["ok"] and verdict["msg"] == "2 of 2 instance(s) serve, each alive and answering"
+    assert verdict["lines"] == [
+        "rep.r0: v1 serves (pid 11) on http://127.0.0.1:8001, listed healthy by router http://127.0.0.1:30080 "
+        "(as this run's plan read it)",
+        "rep.r1: v1 serves (pid 12) on http://127.0.0.1:8002, listed healthy by router http://127.0.0.1:30080 "
+        "(as this run's plan read it)"]
+    # no router read (none declared, or a command router's): the plans alone
+    alone = _run_report.converge_checks(PAIR, None, "rep", plans=plans, switch_plan=dict(NOTHING_TO_DO, membership={}))
+    assert [c["member"] for c in alone] == [None, None]
+    assert _run_report.final_check(alone)["lines"][0] == (
+        "rep.r0: v1 serves (pid 11) on http://127.0.0.1:8001 (as this run's plan read it)")
+
+
+def test_a_set_of_instances_is_read_again_after_any_change_or_without_a_plan_that_proved_each_serving():
+    plans = {"r0": kept("rep.r0", 11, 8001), "r1": kept("rep.r1", 12, 8002)}
+    read_again = [
+        ({}, NOTHING_TO_DO),  # no plans at all
+        ({"r0": plans["r0"]}, NOTHING_TO_DO),  # r1 was not planned (not selected): it must be read
+        (plans, dict(NOTHING_TO_DO, batches=[["r1"]], switching=["r1"])),  # r1 switched: r0 may have died meanwhile
+        (plans, dict(NOTHING_TO_DO, adding=["r0"])),  # r0 went back into its router: a change
+        (plans, dict(NOTHING_TO_DO, membership={"r0": member(8001), "r1": member(8002, healthy=False)})),
+        (plans, dict(NOTHING_TO_DO, membership={"r0": member(8001)})),  # the listing did not cover r1
+        (dict(plans, r1={"result": dict(plans["r1"]["result"], outcome="relabelled")}), NOTHING_TO_DO),
+        (dict(plans, r1={"result": dict(plans["r1"]["result"], healthy=None)}), NOTHING_TO_DO),  # kept unprobed
+        (dict(plans, r1={"result": dict(plans["r1"]["result"], state_file="/x/rep.r0.json")}), NOTHING_TO_DO),
+        (plans, None), ("text", NOTHING_TO_DO)]
+    for plans_given, switch_plan in read_again:
+        assert _run_report.converge_checks(PAIR, None, "rep", plans=plans_given, switch_plan=switch_plan) == [], (
+            plans_given, switch_plan)
+    # a benchmark after the plans: read again
+    assert _run_report.converge_checks(PAIR, None, "rep", True, plans, NOTHING_TO_DO) == []
