@@ -354,6 +354,27 @@ def test_a_host_without_instances_refuses_instances_named(replicas):
     assert engine_pids(host) == []
 
 
+def test_an_instance_serves_its_own_variant_unless_the_run_names_one(replicas):
+    """serving_instances' `variant` is what an instance serves when the run names none (resolve.yml); -e variant
+    names it for every instance the run selects."""
+    host = replicas(names=("r0", "r1"))
+    own = {"r0": {"gpus": [0, 1], "port": host.ports["r0"], "variant": "v1"},
+           "r1": {"gpus": [2, 3], "port": host.ports["r1"], "variant": "v2"}}
+    host.write(serving_instances=own)
+    run = host.play(None)
+    assert run.rc == 0, run.stdout[-3000:]
+    assert host.variants() == {"r0": "v1", "r1": "v2"}
+    assert sorted(engine_pids(host)) == sorted(host.pids().values())
+    run = host.play("v2")
+    assert run.rc == 0, run.stdout[-3000:]
+    assert host.variants() == {"r0": "v2", "r1": "v2"}
+    host.write(serving_instances=dict(own, r0={"gpus": [0, 1], "port": host.ports["r0"]}))
+    before = host.pids()
+    refused = host.play(None)  # r0 has no variant of its own, and the run names none
+    assert refused.rc != 0 and "no variant given: pass -e variant=NAME" in refused.stdout, refused.stdout[-3000:]
+    assert host.pids() == before and host.variants() == {"r0": "v2", "r1": "v2"}
+
+
 def test_whole_host_makes_an_instances_proof_cover_every_gpu_and_names_the_other(replicas):
     host = replicas(names=("r0", "r1"))
     assert host.play("v1").rc == 0
