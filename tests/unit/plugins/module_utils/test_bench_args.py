@@ -51,6 +51,20 @@ def test_the_benchmark_role_passes_every_defaulted_setting_as_omit_and_states_no
         assert '    %s: "{{ %s | default(omit) }}"' % (key, var) in tasks, var
 
 
+def test_the_benchmark_role_accepts_what_the_module_accepts():
+    """Each role option benchmark_KEY that feeds the module's KEY has its type and choices: the role once refused
+    api=generate, which the module takes (SGLang's native /generate)."""
+    documented = yaml.safe_load(throughput_bench.DOCUMENTATION)["options"]
+    specs = yaml.safe_load(load("roles", "benchmark", "meta", "argument_specs.yml"))["argument_specs"]["main"]["options"]
+    assert specs["benchmark_api"]["choices"] == documented["api"]["choices"] == ["completions", "chat", "generate"]
+    fed = [var for var in specs if var[len("benchmark_"):] in documented]
+    assert "benchmark_engine" in fed and len(fed) >= 19, fed
+    for var in fed:
+        doc = documented[var[len("benchmark_"):]]
+        assert specs[var]["type"] == doc["type"], var
+        assert specs[var].get("choices") == doc.get("choices"), var
+
+
 def test_serve_variant_passes_an_unset_bench_setting_as_omit():
     text = load("roles", "serve_variant", "tasks", "bench.yml")
     for key in WITH_DEFAULT:
