@@ -63,6 +63,14 @@ def test_the_benchmark_role_accepts_what_the_module_accepts():
         doc = documented[var[len("benchmark_"):]]
         assert specs[var]["type"] == doc["type"], var
         assert specs[var].get("choices") == doc.get("choices"), var
+    # serve_variant's serving_bench passes its keys on as the benchmark role's benchmark_KEY (tasks/bench.yml)
+    serving = yaml.safe_load(load("roles", "serve_variant", "meta", "argument_specs.yml"))["argument_specs"]["main"]
+    bench = serving["options"]["serving_bench"]["options"]
+    assert "api" in bench and len(bench) >= 10, sorted(bench)
+    for key, option in bench.items():
+        if key in documented:
+            assert option["type"] == documented[key]["type"], key
+            assert option.get("choices") == documented[key].get("choices"), key
 
 
 def test_serve_variant_passes_an_unset_bench_setting_as_omit():
