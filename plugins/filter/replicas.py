@@ -2,8 +2,8 @@
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The decisions of replicas (serving_instances), each a pure function of plugin_utils/_replicas:
-instances_plan, instance_fit, instance_engine_args, replica_switch_plan, drain_metric, serving_drain_metric and
-hook_argv."""
+instances_plan, instance_fit, instance_engine_args, server_spec, replica_switch_plan, drain_metric,
+serving_drain_metric and hook_argv."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ def instance_engine_args(instance, spec):
     return _call("instance_engine_args", _replicas.instance_engine_args, instance, spec)
 
 
+def server_spec(spec, instance=None):
+    """A resolved variant as inference_server's spec, for the host's one server or one instance."""
+    return _call("server_spec", _replicas.server_spec, spec, instance)
+
+
 def replica_switch_plan(plan, plans, canary=False, bench_always=False, pick=None, membership=None):
     """Which selected instances a run takes through the switch, in which batches, and the canary; which are
     put back into their router (membership: what the router lists)."""
@@ -69,6 +74,6 @@ def hook_argv(argv, instance, url, host=""):
 class FilterModule(object):
     def filters(self):
         return {"instances_plan": instances_plan, "instance_fit": instance_fit,
-                "instance_engine_args": instance_engine_args,
+                "instance_engine_args": instance_engine_args, "server_spec": server_spec,
                 "replica_switch_plan": replica_switch_plan, "drain_metric": drain_metric,
                 "serving_drain_metric": serving_drain_metric, "hook_argv": hook_argv}

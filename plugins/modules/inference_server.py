@@ -100,14 +100,14 @@ options:
       - V(sglang) runs C(PYTHON -m sglang.launch_server --model-path MODEL ...), V(vllm) C(vllm serve MODEL ...),
         V(trtllm) C(trtllm-serve serve MODEL ...) (its options are spelled C(--snake_case)),
         V(transformers) C(transformers serve MODEL ...), V(command) the O(command) argv as given.
-      - Required with O(state=started) and O(state=restarted). O(state=stopped) needs only O(name), as the
-        state file says what runs.
+      - Required with O(state=started) and O(state=restarted), here or in O(spec). O(state=stopped) needs only
+        O(name), as the state file says what runs.
     type: str
     choices: [sglang, vllm, trtllm, transformers, command]
   model:
     description:
       - Model path or hub id. It is the model requests name unless O(served_model_name) is set.
-      - Required with O(state=started) and O(state=restarted).
+      - Required with O(state=started) and O(state=restarted), here or in O(spec).
     type: str
   api_key:
     description:
@@ -160,6 +160,56 @@ options:
   variant:
     description: A label carried into the results and the state file (for example V(baseline) or V(nextn)).
     type: str
+  spec:
+    description:
+      - A resolved variant, whole, as the C(inferops.serving.serve_variant) role passes it (its catalog entry after
+        C(inferops.serving.resolve_variant), trimmed to these keys by the C(inferops.serving.server_spec) filter).
+      - Each key set overwrites the parameter of the same name (C(name) the O(variant) label), as
+        C(kubernetes.core.k8s)'s C(resource_definition) overwrites its C(kind), C(name) and C(namespace). A key
+        left unset leaves that parameter as given, so O(spec.ready_timeout) (the variant's own) wins over
+        O(ready_timeout) (the host's) only where the variant sets one.
+      - O(engine) and O(model) are then required with O(state=started) and O(state=restarted) as parameters or
+        as keys of O(spec).
+    type: dict
+    suboptions:
+      name:
+        description: The variant's name, carried into the results and the state file as O(variant).
+        type: str
+      engine:
+        description: As O(engine).
+        type: str
+        choices: [sglang, vllm, trtllm, transformers, command]
+      model:
+        description: As O(model).
+        type: str
+      served_model_name:
+        description: As O(served_model_name).
+        type: str
+      engine_args:
+        description: As O(engine_args).
+        type: dict
+      command:
+        description: As O(command).
+        type: list
+        elements: str
+      executable:
+        description: As O(executable).
+        type: path
+      python:
+        description: As O(python).
+        type: path
+      env:
+        description: As O(env).
+        type: dict
+      ready_timeout:
+        description: As O(ready_timeout); the variant's own, for a model that loads longer or quicker than the host's default.
+        type: float
+      flag_check:
+        description: As O(flag_check).
+        type: bool
+      host_memory_mib:
+        description: As O(host_memory_mib).
+        type: int
   wait:
     description:
       - Wait until the server is ready (health and a 1-token generation). With V(false), return right after start.
@@ -464,6 +514,12 @@ EXAMPLES = r"""
     engine_args:
       tensor_parallel_size: 4
       speculative_config: {method: mtp, num_speculative_tokens: 2}
+
+- name: A variant of the catalog, resolved on the controller and passed whole
+  inferops.serving.inference_server:
+    name: qwen
+    port: 30000
+    spec: "{{ serving_variants | inferops.serving.resolve_variant('nextn') | inferops.serving.server_spec }}"
 
 - name: A tiny model on CPU with transformers serve
   inferops.serving.inference_server:
@@ -832,6 +888,10 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 def validate(p):
     """Messages for bad input (nothing is changed when there is any)."""
     errors = []
+    if p["state"] in ("started", "restarted"):
+        missing = [key for key in ("engine", "model") if not p[key]]
+        if missing:
+            errors.append("state=%s needs %s, as parameters or as keys of spec" % (p["state"], " and ".join(missing)))
     if not NAME_RE.match(p["name"]):
         errors.append("name %r must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
                       % p["name"])
@@ -910,12 +970,12 @@ def main():
             metrics_dir=dict(type="path"),
             metrics_host=dict(type="str"),
             router=dict(type="dict", options=_router.ROUTER_OPTION_SPEC),
+            spec=dict(type="dict", options=_instance_args.VARIANT_SPEC),
             **_instance_args.INSTANCE_SPEC
         ),
-        required_if=[("state", "started", ("engine", "model")), ("state", "restarted", ("engine", "model"))],
         supports_check_mode=True,
     )
-    p = dict(module.params)
+    p = _instance_args.with_variant(module.params)
     errors = validate(p)
     if errors:
         module.fail_json(msg="; ".join(errors), outcome="nothing_stopped", failure="; ".join(errors),

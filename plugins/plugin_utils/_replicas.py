@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from ansible_collections.inferops.serving.plugins.module_utils import _router
+from ansible_collections.inferops.serving.plugins.module_utils import _instance_args, _router
 from ansible_collections.inferops.serving.plugins.plugin_utils import _variants
 
 # an instance becomes server <serving_name>.<instance>: no dot in the name, so no two can collide
@@ -752,6 +752,24 @@ def instance_engine_args(instance, spec):
     if spec.get("engine") == "sglang" and nccl is not None and not _given(engine_args, NCCL_KEYS):
         engine_args["nccl_port"] = nccl
     return engine_args
+
+
+def server_spec(spec, instance=None):
+    """A resolved variant as inference_server's `spec` for one server: the keys the module takes
+    (module_utils/_instance_args.VARIANT_SPEC; not the catalog's description, extends, chain or drain_metric),
+    with an instance's engine_args (instance_engine_args: SGLang's nccl_port) and env laid over the variant's.
+    No instance (None or {}): the host's one server, the variant as it is. flag_check unset is true, the
+    module's own default; an empty key is left out, so the module's default stands."""
+    instance = {} if instance is None else instance
+    engine_args = instance_engine_args(instance, spec)  # checks that both are mappings
+    env = dict(_plain(spec.get("env") or {}))
+    env.update(_plain(instance.get("env") or {}))
+    out = {"engine_args": engine_args, "env": env,
+           "flag_check": True if spec.get("flag_check") is None else bool(spec["flag_check"])}
+    for key in _instance_args.VARIANT_SPEC:
+        if key not in out and spec.get(key) not in (None, "", [], {}):
+            out[key] = _plain(spec[key])
+    return out
 
 
 # The in-flight gauge each engine keeps on its /metrics (docs/replicas.md): what a drain waits to reach 0,

@@ -233,6 +233,31 @@ def test_role_quick_start_is_one_module_call(run_playbook, dirs, port):
         run_playbook(playbook, extra_vars=dict(role_vars, inference_server_state="stopped"))
 
 
+def test_role_takes_a_variant_whole_as_its_spec(run_playbook, dirs, port):
+    """inference_server_spec (as serve_variant passes a resolved variant): the role's variant variables unset, the
+    spec's keys overwrite those that have defaults (engine transformers, variant ''), and a re-run changes nothing."""
+    srv = fake("specced", port, dirs)
+    spec = dict(name="v-spec", engine="command", model=srv.pop("model"), command=srv.pop("command"), ready_timeout=30)
+    del srv["engine"], srv["ready_timeout"]
+    role_vars = dict(role_vars_of(srv, 10), inference_server_spec=spec)
+    try:
+        run = run_playbook(ROLE_PLAY, extra_vars=role_vars)
+        assert run.rc == 0, run.stdout[-3000:]
+        (start,) = [r["result"] for r in run.results("inference_server") if r["status"] != "skipped"]
+        assert start["changed"] is True and start["healthy"] is True and start["variant"] == "v-spec"
+        assert start["argv"] == spec["command"] and start["served_model"] == "fake"
+        os.kill(start["pid"], 0)  # it runs
+        state = json.load(open(os.path.join(dirs["state_dir"], "specced.json")))
+        assert state["pid"] == start["pid"] and state["variant"] == "v-spec"
+        again = run_playbook(ROLE_PLAY, extra_vars=role_vars)
+        assert again.rc == 0 and again.recap()["changed"] == 0, again.stdout[-3000:]
+        assert again.result("inference_server")["pid"] == start["pid"]
+    finally:
+        stop = run_playbook(ROLE_PLAY, extra_vars=dict(role_vars, inference_server_state="stopped"))
+    assert stop.rc == 0, stop.stdout[-3000:]
+    assert gone(start["pid"])
+
+
 def test_ready_wait_leaves_it_loading_and_a_later_call_resumes_or_reports_the_crash(run_playbook, dirs, port):
     srv = fake("resume", port, dirs, load_s=3, ready_wait=0.5)
     first = run_playbook(play(srv))

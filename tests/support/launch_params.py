@@ -17,7 +17,7 @@ def params(**kw):
                 served_model_name=None, engine_args={}, command=None, executable=None, python=None, env={},
                 variant=None, wait=True, ready_timeout=1800.0, stop_timeout=120.0, state_dir="/nonexistent",
                 log_dir="/nonexistent", supervisor="process", state="started", ready_wait=None, gpu_check=None,
-                lock_timeout=60.0, switch_id=None, stop_grace=None, log_keep=5, host_memory_mib=None)
+                lock_timeout=60.0, switch_id=None, stop_grace=None, log_keep=5, host_memory_mib=None, spec=None)
     base.update(kw)
     return base
 

@@ -29,12 +29,13 @@ CATALOG = {"base": {"engine_args": {"tp_size": 2, "mem_fraction_static": 0.8}},
 def test_the_module_registers_exactly_its_filters_each_with_its_documentation():
     filters = replicas_filter.FilterModule().filters()
     assert sorted(filters) == ["drain_metric", "hook_argv", "instance_engine_args", "instance_fit", "instances_plan",
-                               "replica_switch_plan", "serving_drain_metric"]
+                               "replica_switch_plan", "server_spec", "serving_drain_metric"]
     assert all(filters[name] is getattr(replicas_filter, name) for name in filters)
     assert [name for name in filters if not os.path.isfile(os.path.join(HERE, "%s.yml" % name))] == []
 
 
-@pytest.mark.parametrize("name", ["instances_plan", "instance_fit", "instance_engine_args", "serving_drain_metric"])
+@pytest.mark.parametrize("name", ["instances_plan", "instance_fit", "instance_engine_args", "server_spec",
+                                  "serving_drain_metric"])
 def test_each_documentation_names_the_signature(name):
     with open(os.path.join(HERE, "%s.yml" % name)) as handle:
         doc = yaml.safe_load(handle)["DOCUMENTATION"]
@@ -53,6 +54,10 @@ def test_the_filters_chained_as_the_role_chains_them():
     assert replicas_filter.instance_fit(r0, base) == []
     assert replicas_filter.instance_engine_args(r0, base) == {"tp_size": 2, "mem_fraction_static": 0.8,
                                                               "nccl_port": 40000}
+    assert replicas_filter.server_spec(base, r0) == {
+        "name": "base", "engine": "sglang", "model": "m", "flag_check": True,
+        "engine_args": {"tp_size": 2, "mem_fraction_static": 0.8, "nccl_port": 40000},
+        "env": {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}
     wide = variants_filter.resolve_variant(CATALOG, r1["variant"], "sglang", "m")
     assert replicas_filter.instance_fit(r1, wide) == [
         "sglang needs 4 GPUs (tp_size 4), instance qwen.r1 has 2 (GPUs 2,3)"]
@@ -79,6 +84,8 @@ def test_fit_and_engine_args_refuse_what_is_not_an_instance_naming_the_filter():
         replicas_filter.instance_fit("r0", {"engine": "sglang"})
     with pytest.raises(AnsibleFilterError, match="^instance_engine_args: the variant must be a resolved variant"):
         replicas_filter.instance_engine_args({"instance": "r0"}, None)
+    with pytest.raises(AnsibleFilterError, match="^server_spec: the instance must be one entry of instances_plan"):
+        replicas_filter.server_spec({"engine": "sglang"}, "r0")
 
 
 def test_the_defaults_are_one_implicit_instance_switched_alone():

@@ -1,13 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests of the inference_server module's parameter validation and its messages."""
+"""Unit tests of the inference_server module's parameter validation and its messages, and of its spec (a resolved
+variant, whole): main() run in-process in check mode (ansible.module_utils.testing.patch_module_args, its JSON read
+from stdout), which starts nothing."""
 
 from __future__ import annotations
 
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
 from launch_params import params
 
-from ansible_collections.inferops.serving.plugins.module_utils import _idle_check
+from ansible_collections.inferops.serving.plugins.module_utils import _idle_check, _instance_args
 from ansible_collections.inferops.serving.plugins.modules import inference_server
 
 
@@ -49,3 +57,50 @@ def test_a_bad_router_option_is_refused_naming_it():
         inference_server.validate(params(router={"type": "sglang"})))
     assert inference_server.validate(params(router={"type": "sglang", "url": ["http://127.0.0.1:30000"]})) == []
     assert inference_server.validate(params(router={"type": "none"})) == []
+
+
+def plan(capsys, tmp_path, **args):
+    """main() in check mode: (rc, the result)."""
+    capsys.readouterr()
+    args = dict(dict(name="t", port=30000, state_dir=str(tmp_path / "state"), log_dir=str(tmp_path / "log")), **args)
+    with patch_module_args(dict(args, _ansible_check_mode=True, _ansible_diff=True)):
+        with pytest.raises(SystemExit) as exited:
+            inference_server.main()
+    return exited.value.code, json.loads(capsys.readouterr().out)
+
+
+SPEC = dict(name="fast", engine="command", model="M", command=["/bin/sleep", "{port}"], env={"A": "1"},
+            ready_timeout=5.0, flag_check=False)
+
+
+def test_a_spec_is_the_variant_whole_and_overwrites_the_parameters_it_sets(capsys, tmp_path):
+    rc, out = plan(capsys, tmp_path, engine="vllm", model="other", variant="label", spec=SPEC)
+    assert rc == 0, out
+    assert out["argv"] == ["/bin/sleep", "30000"] and out["variant"] == "fast" and out["served_model"] == "M"
+    assert out["changed"] is True and out["diff"]["after"]["variant"] == "fast" and out["pid"] is None
+    assert not os.path.exists(str(tmp_path / "state" / "t.json"))  # a plan writes nothing
+    same, direct = plan(capsys, tmp_path, engine="command", model="M", command=SPEC["command"], env=SPEC["env"],
+                        variant="fast", ready_timeout=5.0, flag_check=False)
+    assert same == 0 and direct["fingerprint"] == out["fingerprint"] and direct["argv"] == out["argv"]
+
+
+def test_a_spec_key_left_unset_leaves_the_parameter_as_given():
+    given = params(engine="vllm", model="M", ready_timeout=900.0, env={"A": "1"}, variant="v")
+    laid = _instance_args.with_variant(dict(given, spec=dict(dict.fromkeys(_instance_args.VARIANT_SPEC), model="N")))
+    assert laid == dict(given, spec=laid["spec"], model="N")
+    laid = _instance_args.with_variant(dict(given, spec=dict(name="w", ready_timeout=60.0, engine_args={"tp": 2})))
+    assert (laid["variant"], laid["ready_timeout"], laid["engine_args"], laid["model"]) == ("w", 60.0, {"tp": 2}, "M")
+    assert given["variant"] == "v" and laid["name"] == "t"  # a copy; spec's name is the variant label, not the server's
+    assert _instance_args.with_variant(given) == given
+
+
+def test_engine_and_model_are_needed_from_the_parameters_or_the_spec(capsys, tmp_path):
+    rc, out = plan(capsys, tmp_path, spec={"name": "fast", "engine": "vllm"})
+    assert rc == 1 and out["outcome"] == "nothing_stopped"
+    assert out["msg"] == "state=started needs model, as parameters or as keys of spec"
+    rc, out = plan(capsys, tmp_path, state="restarted")
+    assert rc == 1 and out["msg"] == "state=restarted needs engine and model, as parameters or as keys of spec"
+    rc, out = plan(capsys, tmp_path, model="M", spec={"engine": "nginx"})
+    assert rc == 1 and out["msg"].startswith("value of engine must be one of: sglang, vllm, trtllm, transformers, command")
+    assert out["msg"].endswith("got: nginx found in spec")  # Ansible's own check of the spec's choices
+    assert inference_server.validate(params(state="stopped", engine=None, model=None)) == []

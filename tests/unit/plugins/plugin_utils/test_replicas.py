@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.inferops.serving.plugins.module_utils import _instance_args
 from ansible_collections.inferops.serving.plugins.plugin_utils import _replicas as rp
 
 FOUR = {"r0": {"gpus": [0, 1], "port": 30000}, "r1": {"gpus": [2, 3], "port": 30001},
@@ -481,6 +482,38 @@ def test_other_engines_get_their_engine_args_unchanged(engine):
 
 def test_no_engine_args_are_an_empty_dict():
     assert rp.instance_engine_args(instance(engine=None), dict(variant("vllm"), engine_args=None)) == {}
+
+
+# ---- a variant as inference_server's spec -----------------------------------------------------------
+
+def test_the_spec_of_the_hosts_one_server_is_the_variant_as_the_module_takes_it():
+    resolved = dict(variant("vllm", {"tp": 2}, {"A": "1"}), description="d", extends="base", chain=["base", "fast"],
+                    drain_metric="my:gauge", ready_timeout=90, host_memory_mib=4096, served_model_name="", python=None)
+    out = rp.server_spec(resolved)
+    assert out == {"name": "fast", "engine": "vllm", "model": "m", "engine_args": {"tp": 2}, "env": {"A": "1"},
+                   "ready_timeout": 90, "host_memory_mib": 4096, "flag_check": True}
+    assert set(out) <= set(_instance_args.VARIANT_SPEC)  # every key one the module's spec takes
+    out["engine_args"]["tp"] = 4
+    assert resolved["engine_args"] == {"tp": 2}  # a new dict
+    assert rp.server_spec(resolved, {}) == rp.server_spec(resolved, None) == rp.server_spec(resolved)
+    assert rp.server_spec(dict(resolved, flag_check=False))["flag_check"] is False
+    command = rp.server_spec(dict(variant("command"), command=["/bin/x", "{port}"]))
+    assert command["command"] == ["/bin/x", "{port}"]
+
+
+def test_the_spec_of_an_instance_lays_its_env_and_nccl_port_over_the_variant():
+    spec = variant("sglang", {"tp_size": 2}, {"A": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    out = rp.server_spec(spec, instance([2, 3]))
+    assert out["engine_args"] == {"tp_size": 2, "nccl_port": 40000}
+    assert out["env"] == {"A": "1", "CUDA_VISIBLE_DEVICES": "2,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert spec["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+@pytest.mark.parametrize("args", [(variant(), "r0"), (["not", "a", "variant"], instance()),
+                                  (dict(variant(), engine_args=["--tp", "2"]), instance())])
+def test_the_spec_refuses_what_is_not_a_variant_or_an_instance(args):
+    with pytest.raises(rp.PlanError, match="must be"):
+        rp.server_spec(*args)
 
 
 def test_drain_metric_is_the_variants_own_else_its_engines_gauge():
