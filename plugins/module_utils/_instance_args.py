@@ -31,7 +31,8 @@ INSTANCE_SPEC = dict(
 # A resolved variant, whole (inference_server's `spec`): the serve_variant role's catalog entry after
 # resolve_variant, trimmed to these keys by the filter inferops.serving.server_spec. Each key stands for the
 # module parameter of the same name (`name` for `variant`) and, when set, overwrites it, as kubernetes.core's
-# k8s module lets its resource_definition overwrite kind, name and namespace (plugins/module_utils/k8s/, 5.x).
+# k8s module lets its resource_definition override api_version, kind, name and namespace (their documentation:
+# kubernetes.core plugins/doc_fragments/k8s_name_options.py).
 # No key has a default here: an unset key leaves the parameter as the task gave it.
 VARIANT_SPEC = dict(
     name=dict(type="str"),
