@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from ansible_collections.inferops.serving.plugins.module_utils import _instance_args, _router
+from ansible_collections.inferops.serving.plugins.module_utils import _router
 from ansible_collections.inferops.serving.plugins.plugin_utils import _variants
 
 # an instance becomes server <serving_name>.<instance>: no dot in the name, so no two can collide
@@ -754,9 +754,16 @@ def instance_engine_args(instance, spec):
     return engine_args
 
 
+# The keys of inference_server's spec (module_utils/_instance_args.VARIANT_SPEC, which tests/unit checks this
+# against), written out: importing _instance_args would also import the supervisor on the controller, 9-14 ms in
+# each forked task that calls a filter of this file (measured after _replicas' own imports).
+SERVER_SPEC_KEYS = ("name", "engine", "model", "served_model_name", "engine_args", "command", "executable", "python",
+                    "env", "ready_timeout", "flag_check", "host_memory_mib")
+
+
 def server_spec(spec, instance=None):
     """A resolved variant as inference_server's `spec` for one server: the keys the module takes
-    (module_utils/_instance_args.VARIANT_SPEC; not the catalog's description, extends, chain or drain_metric),
+    (SERVER_SPEC_KEYS; not the catalog's description, extends, chain or drain_metric),
     with an instance's engine_args (instance_engine_args: SGLang's nccl_port) and env laid over the variant's.
     No instance (None or {}): the host's one server, the variant as it is. flag_check unset is true, the
     module's own default; an empty key is left out, so the module's default stands."""
@@ -766,7 +773,7 @@ def server_spec(spec, instance=None):
     env.update(_plain(instance.get("env") or {}))
     out = {"engine_args": engine_args, "env": env,
            "flag_check": True if spec.get("flag_check") is None else bool(spec["flag_check"])}
-    for key in _instance_args.VARIANT_SPEC:
+    for key in SERVER_SPEC_KEYS:
         if key not in out and spec.get(key) not in (None, "", [], {}):
             out[key] = _plain(spec[key])
     return out

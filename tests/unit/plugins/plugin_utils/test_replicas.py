@@ -493,6 +493,7 @@ def test_the_spec_of_the_hosts_one_server_is_the_variant_as_the_module_takes_it(
     assert out == {"name": "fast", "engine": "vllm", "model": "m", "engine_args": {"tp": 2}, "env": {"A": "1"},
                    "ready_timeout": 90, "host_memory_mib": 4096, "flag_check": True}
     assert set(out) <= set(_instance_args.VARIANT_SPEC)  # every key one the module's spec takes
+    assert rp.SERVER_SPEC_KEYS == tuple(_instance_args.VARIANT_SPEC)  # written out on the controller side, the same
     out["engine_args"]["tp"] = 4
     assert resolved["engine_args"] == {"tp": 2}  # a new dict
     assert rp.server_spec(resolved, {}) == rp.server_spec(resolved, None) == rp.server_spec(resolved)
