@@ -74,6 +74,33 @@ def test_switch_to_another_variant_stops_the_old_one(switch, fleet):
     assert fleet.health() == 200
 
 
+ROLE_PLAY = """\
+- name: Serve the variant the play names
+  hosts: serving
+  gather_facts: false
+  roles:
+    - role: inferops.serving.serve_variant
+      %s
+"""
+
+
+def test_the_role_serves_its_argument_not_the_extra_var(switch, fleet):
+    # serve_variant_wanted is the role's argument: a play that gives it serves that variant whatever -e variant says
+    run = switch("slow", playbook=ROLE_PLAY % "serve_variant_wanted: fast", extra={"bench": "never"})
+    assert run.rc == 0, run.stdout[-3000:]
+    record = fleet.record()
+    assert record["variant"] == "fast" and record["argv"][-1] == "2"
+    assert _procs.alive(record["pid"]) and fleet.health() == 200
+    # the deprecated argument `variant` still works where serve_variant_wanted is not given
+    old = record["pid"]
+    run = switch(playbook=ROLE_PLAY % "variant: slow", extra={"bench": "never"})
+    assert run.rc == 0, run.stdout[-3000:]
+    assert "switched from fast: the configuration changed" in run.stdout
+    record = fleet.record()
+    assert record["variant"] == "slow" and record["argv"][-1] == "6"
+    assert not _procs.alive(old) and _procs.alive(record["pid"]) and fleet.health() == 200
+
+
 def test_same_variant_that_stopped_answering_is_restarted(switch, fleet):
     assert switch("fast", extra={"bench": "never"}).rc == 0
     old = fleet.pid()
