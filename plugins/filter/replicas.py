@@ -52,7 +52,7 @@ def server_spec(spec, instance=None):
 
 def replica_switch_plan(plan, plans, canary=False, bench_always=False, pick=None, membership=None):
     """Which selected instances a run takes through the switch, in which batches, and the canary; which are
-    put back into their router (membership: what the router lists)."""
+    put back into their router (membership: what the router lists; unset, what each plan read of it)."""
     return _call("replica_switch_plan", _replicas.switch_plan, plan, plans, canary, bench_always, pick, membership)
 
 

@@ -927,8 +927,13 @@ class Membership(object):
     def join(self):
         return converge(dict(self.params, state="present"), **self.kw)[0]
 
-    def listed(self):
-        """Whether every router lists the worker healthy (router type none: None, there is no list)."""
+    def read(self):
+        """What the router lists of the worker, read and changed nothing (router type none: None, there is no
+        list): listed (the first router lists it, healthy or not), healthy (every router lists it healthy),
+        router_url and worker_url; the role's router_membership filter says the same from router_worker's
+        listing. A router that cannot be read raises RouterError."""
         if self.params["router_type"] == "none":
             return None
-        return not converge(dict(self.params, state="present"), check_mode=True, **self.kw)[0]["changed"]
+        result = converge(dict(self.params, state="present"), check_mode=True, **self.kw)[0]
+        return {"listed": result.get("worker") is not None, "healthy": not result["changed"],
+                "router_url": result.get("router_url"), "worker_url": result.get("worker_url")}

@@ -449,9 +449,13 @@ def _keep_listed(ctx, record):
         return False
     name, variant = ctx.params["name"], record.get("variant") or ctx.params.get("variant") or "it"
     try:
-        listed = router.listed()
-        if listed is not False:
-            ctx.result["listed"] = listed
+        reading = router.read()
+        if reading is None:  # router type none: there is no list
+            ctx.result["listed"] = None
+            return False
+        ctx.result["membership"] = reading  # a plan's reading is the run's: no second read from the controller
+        if reading["healthy"]:
+            ctx.result["listed"] = True
             return False
         if ctx.check_mode:
             ctx.result.update(listed=False, reason="%s; it is not in its router: it would be added back" % ctx.result["reason"])

@@ -553,6 +553,27 @@ listed:
   returned: when O(router) is set
   type: bool
   sample: true
+membership:
+  description:
+    - With O(router), a server kept as it is (also in a plan), what its router listed of it when the call read it, before
+      any add back. The serve_variant role takes it as the instance's router membership instead of reading the router
+      again from the controller.
+  returned: when O(router) is set and the server is kept, for router types other than V(none)
+  type: dict
+  contains:
+    listed:
+      description: The (first) router lists the instance, healthy or not.
+      type: bool
+    healthy:
+      description: Every router lists it healthy.
+      type: bool
+    router_url:
+      description: The (first) router's URL.
+      type: str
+    worker_url:
+      description: The URL under which the router knows the instance.
+      type: str
+  sample: {listed: true, healthy: true, router_url: "http://10.0.0.5:30080", worker_url: "http://10.0.0.7:30001"}
 router_steps:
   description: With O(router), each router step of the switch (C(leave), C(join)), as its journal keeps them.
   returned: when a switch with O(router) ran

@@ -525,6 +525,17 @@ def _added(name, membership, result):
     return "%s serves %s; %s: added back" % (name, _serves(result) or "?", _absence(membership))
 
 
+def plans_membership(plans):
+    """instance -> {listed, healthy, worker_url, router_url}, what each plan read of its router (inference_server's
+    ``membership``, returned where the module keeps a server behind its router), for the plans that read one."""
+    out = {}
+    for name, entry in (plans or {}).items():
+        reading = ((entry or {}).get("result") or {}).get("membership") if isinstance(entry, Mapping) else None
+        if isinstance(reading, Mapping):
+            out[name] = dict((key, reading.get(key)) for key in ("listed", "healthy", "worker_url", "router_url"))
+    return out
+
+
 def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, membership=None):
     """Which of the selected instances a run takes through the switch (out of the router, drained,
     switched, back in), in which batches, and, in a rollout's canary batch, which one is the canary.
@@ -542,9 +553,10 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, member
     serving_max_unavailable that keep serving_min_available in service), canary, first, rest, switches
     (whether any instance switches or is relabelled), pick and pick_entry (the instance entry of pick),
     result and bench (pick's), so that the rollout's host plan reads one instance as it reads one server.
-    membership: instance -> {listed, healthy} (router_membership; None: no router listing read). An instance
-    that keeps its server but is not listed healthy is add: it goes back into its router before any batch
-    (adding), and is not taken out. says: one line per selected instance; added: instance -> the line once it
+    membership: instance -> {listed, healthy} (router_membership); None: each plan's own reading, the
+    ``membership`` inference_server returns where it keeps a server behind its router (a plan that switches reads
+    none; nor does a command router's). An instance that keeps its server but is not listed healthy is add: it
+    goes back into its router before any batch (adding), and is not taken out. says: one line per selected instance; added: instance -> the line once it
     is back ("r0 serves v1; it was not in its router: added back").
     """
     if not isinstance(plan, Mapping) or "instances" not in plan:
@@ -557,6 +569,8 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, member
     missing = [name for name in selected if name not in plans]
     if missing:
         raise PlanError("no plan for instance(s) %s: plan every selected instance first" % _join(missing))
+    if membership is None:
+        membership = plans_membership(dict((name, plans[name]) for name in selected))
     membership = membership if isinstance(membership, Mapping) else {}
     actions = dict((name, converge_action(plans[name].get("result"), membership.get(name))) for name in selected)
     changing = [name for name in selected if actions[name] not in (KEEP, ADD)]

@@ -434,14 +434,15 @@ def test_a_switch_to_what_serves_takes_nothing_out_of_the_router(router, replica
         run = host.play("v1")
     assert run.rc == 0, run.stdout[-4000:]
     assert run.recap()["changed"] == 0, run.stdout[-3000:]
-    # the only router_worker call is the plan's read of the listing, once for the whole host (check mode: it
-    # changes nothing); the end-of-run check says what that read and each instance's plan found (converge_checks),
-    # with no second read of the router and no state=checked call
+    # each instance's plan reads what the router lists of it (the module's membership, issue 34 item 2): no
+    # router_worker call at all; the end-of-run check says what each plan found (converge_checks), with no second
+    # read of the router and no state=checked call
     calls = [r for r in run.results("router_worker") if r["status"] != "skipped"]
-    assert [r["task"].split(" : ")[1].split(" http")[0] for r in calls] == ["Read what router"], calls
-    assert not [r for r in calls if r["result"].get("changed")], "no replica left the router"
+    assert calls == [], [r["task"] for r in calls]
     calls = [r for r in run.results("inference_server", checks=True) if r["status"] != "skipped"]
     assert len(calls) == len(NAMES) and all("Plan the server in check mode" in r["task"] for r in calls), [r["task"] for r in calls]
+    assert sorted((r["result"]["membership"]["worker_url"], r["result"]["membership"]["listed"],
+                   r["result"]["membership"]["healthy"]) for r in calls) == [(url, True, True) for url in sorted(host.urls())]
     assert host.pids() == before and load.failed == 0
     assert listed(router.url) == dict((url, True) for url in host.urls())
     said = [line for r in run.results(action="debug") if r["task"].endswith("leaves serving") and r["status"] != "skipped"

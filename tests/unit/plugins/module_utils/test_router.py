@@ -453,6 +453,34 @@ def test_present_in_check_mode_changes_nothing(clock):
     assert diff["after"] == {"listed": True, "url": "http://127.0.0.1:8001", "is_healthy": True}
 
 
+@pytest.mark.parametrize("workers, listed, healthy", [
+    ([("http://127.0.0.1:8001", True)], True, True),
+    ([("http://127.0.0.1:8001", False)], True, False),
+    ([("http://127.0.0.1:8002", True)], False, False),
+    ([], False, False),
+])
+def test_membership_read_says_what_the_router_lists_and_changes_nothing(clock, workers, listed, healthy):
+    fake = FakeRouter(clock)
+    fake.workers = [fake.entry(url, healthy=up) for url, up in workers]
+    option = {"url": ["http://127.0.0.1:30000"], "type": "sglang", "worker_url": "http://localhost:8001"}
+    membership = _router.Membership(option, "http://127.0.0.1:9", None, request=fake, clock=clock, sleep=clock.sleep)
+    assert membership.read() == {"listed": listed, "healthy": healthy, "router_url": "http://127.0.0.1:30000",
+                                 "worker_url": "http://localhost:8001"}
+    assert fake.methods() == [], "read only"
+
+
+def test_membership_read_of_no_router_is_none_and_of_a_router_down_an_error(clock):
+    assert _router.Membership({"type": "none"}, "http://127.0.0.1:8001", None).read() is None
+
+    def refused(*args, **kw):
+        raise OSError(111, "Connection refused")
+    down = _router.Membership({"url": ["http://127.0.0.1:30000"]}, "http://127.0.0.1:8001", None, request=refused,
+                              clock=clock, sleep=clock.sleep)
+    with pytest.raises(_router.RouterError) as err:
+        down.read()
+    assert "127.0.0.1:30000" in err.value.msg
+
+
 def test_present_when_listed_unhealthy_removes_and_adds_it_again(clock):
     fake = FakeRouter(clock, lag=1)
     fake.workers = [fake.entry("http://127.0.0.1:8001", healthy=False)]

@@ -818,6 +818,27 @@ def test_a_converged_host_whose_router_lost_its_list_changes_nothing_but_the_rou
     assert rp.switch_plan(four(), plans)["adding"] == [], "no listing read: nothing to add"
 
 
+def test_without_a_listing_each_plan_that_kept_its_server_says_its_own_membership():
+    """inference_server reads the router inside a plan that keeps the server (its membership): the run reads no
+    listing of its own. A plan that switches read none, and none is needed: the switch puts the instance back."""
+    def kept(listed, healthy):
+        return dict(KEEP_RESULT, membership={"listed": listed, "healthy": healthy, "router_url": "http://rt:30080",
+                                             "worker_url": "http://h:3000%d" % listed, "ignored": 1})
+    plans = {"r0": {"result": kept(False, False)}, "r1": {"result": switching()}, "r2": {"result": kept(True, False)},
+             "r3": {"result": kept(True, True)}}
+    assert rp.plans_membership(plans) == {
+        "r0": {"listed": False, "healthy": False, "router_url": "http://rt:30080", "worker_url": "http://h:30000"},
+        "r2": {"listed": True, "healthy": False, "router_url": "http://rt:30080", "worker_url": "http://h:30001"},
+        "r3": {"listed": True, "healthy": True, "router_url": "http://rt:30080", "worker_url": "http://h:30001"}}
+    out = rp.switch_plan(four(), plans)
+    assert out["actions"] == {"r0": "add", "r1": "switch", "r2": "add", "r3": "keep"}
+    assert out["adding"] == ["r0", "r2"] and out["switching"] == ["r1"]
+    assert sorted(out["membership"]) == ["r0", "r2", "r3"] and out["membership"]["r3"]["variant"] == "v2"
+    given = rp.switch_plan(four(), plans, membership={})
+    assert given["adding"] == [] and given["membership"] == {}, "a membership given (even empty) is the one used"
+    assert rp.plans_membership({"r0": {"result": KEEP_RESULT}, "r1": None, "r2": {}}) == {}
+
+
 def test_the_summary_says_each_instances_outcome_in_the_modules_words_and_whether_it_is_listed():
     plans = {"r0": {"result": KEEP_RESULT}, "r1": {"result": switching()}, "r2": {"result": switching()},
              "r3": {"result": KEEP_RESULT}}
