@@ -8,12 +8,13 @@ The instance's state file says what should serve. Nothing recorded: nothing shou
 recorded engine must be alive (its pid with its start time) and answer (GET /health, then a 1-token
 generation). One that is gone fails the check, naming the instance and how it ended: its watchdog's exit
 record (_supervisor.ending), and the kernel's OOM kill of that pid where the kernel log has one (_kernel_log).
-A switch under way (the record says loading) is left to that switch and passes, said so.
+A switch under way (the record says loading) is left to that switch and passes, said so. Behind a router (the
+router option), an instance that serves is looked up in the router's listing too (result membership).
 """
 
 from __future__ import annotations
 
-from ansible_collections.inferops.serving.plugins.module_utils import _engines, _kernel_log, _switch
+from ansible_collections.inferops.serving.plugins.module_utils import _engines, _kernel_log, _router, _switch
 
 SERVES = "it serves: pid alive, /health and a 1-token generation answered"
 NOTHING = "nothing is recorded for it: nothing should serve"
@@ -31,9 +32,23 @@ def problem_of_end(name, record, end, oom):
     return what
 
 
-def check(ctx, probe=_engines.probe):
+def membership_of(router):
+    """What the router lists of a serving instance (router: _router.Membership; its read()), None for router type
+    none. A router that cannot be read is said in the reading (its ``error``), for the final check to judge: the
+    engine was still read."""
+    try:
+        return router.read()
+    except _router.RouterError as exc:
+        where = router.describe()
+        return {"listed": None, "healthy": None, "router_url": (where.get("url") or [None])[0],
+                "worker_url": where.get("worker_url"), "error": exc.msg}
+
+
+def check(ctx, probe=_engines.probe, router=None):
     """(changed=False, result, diff={}) for one instance (ctx: _server.Context), or ServerError naming what is
-    wrong: an engine gone (result exit, oom) or one that does not answer (result probe)."""
+    wrong: an engine gone (result exit, oom) or one that does not answer (result probe). With router (the
+    router option as a _router.Membership), an instance that serves also carries what its router lists of it
+    (result membership), read in this call, so that the run does not read the router again."""
     params, result = ctx.params, ctx.result
     record, running = ctx.load()
     result.update(outcome=_switch.UNCHANGED, serving=False, healthy=None, exit=None, oom=None, problem=None)
@@ -61,4 +76,8 @@ def check(ctx, probe=_engines.probe):
             _switch.url_of(host, port), answer.detail))
         raise _switch.ServerError(result["problem"], **result)
     result.update(serving=True, healthy=True, reason=SERVES)
+    if router is not None:
+        reading = membership_of(router)
+        if reading is not None:
+            result["membership"] = reading
     return False, result, {}

@@ -143,7 +143,7 @@ def reconcile(params, host, check_mode=False):
         if params.get("switch_id"):
             return _join(ctx, params["switch_id"])
         if params["state"] == "checked":  # reads only: no lock, no state file written
-            return _checked.check(ctx)
+            return _checked.check(ctx, router=membership(ctx))
         if params["state"] == "stopped":
             return _locked(ctx, "stop", None, _stop)
         adapter = _engines.adapter(params["engine"])

@@ -430,6 +430,8 @@ options:
       - A controller that dies mid-way leaves the host to end the unit, the instance listed and serving. A second run
         waits O(lock_timeout) for the lock, then fails naming the holder and its phase.
       - A server kept as it is (it serves this configuration) that its router does not list is added back.
+      - With O(state=checked), an instance that serves is looked up in its router's listing too (RV(membership));
+        a router that cannot be read is said there (its C(error)), and the call does not fail for it.
       - The same settings as M(inferops.serving.router_worker), which does the same steps from the controller. A
         router driven by command hooks is not supported here.
       - The key is never written to the state, journal, launch or log files.
@@ -555,10 +557,10 @@ listed:
   sample: true
 membership:
   description:
-    - With O(router), a server kept as it is (also in a plan), what its router listed of it when the call read it, before
-      any add back. The serve_variant role takes it as the instance's router membership instead of reading the router
-      again from the controller.
-  returned: when O(router) is set and the server is kept, for router types other than V(none)
+    - With O(router), a server kept as it is (also in a plan), or with O(state=checked) one that serves, what its router
+      listed of it when the call read it, before any add back. The serve_variant role takes it as the instance's router
+      membership instead of reading the router again from the controller.
+  returned: when O(router) is set and the server is kept or, with O(state=checked), serves; for router types other than V(none)
   type: dict
   contains:
     listed:
@@ -572,6 +574,9 @@ membership:
       type: str
     worker_url:
       description: The URL under which the router knows the instance.
+      type: str
+    error:
+      description: O(state=checked) only, when the router could not be read (then C(listed) and C(healthy) are null).
       type: str
   sample: {listed: true, healthy: true, router_url: "http://10.0.0.5:30080", worker_url: "http://10.0.0.7:30001"}
 router_steps:

@@ -12,12 +12,15 @@ import posixpath
 
 def _router_problem(name, member, router):
     """Why the router's listing does not show this serving instance listed healthy, or None. member: the
-    instance's entry of router_membership (None: not behind a router, or nothing was read)."""
-    where = (router or {}).get("router_url") or "the router"
+    instance's entry of router_membership, or the membership its own check read (None: not behind a router, or
+    nothing was read); router: the one listing read for the host, if any."""
+    where = (router or {}).get("router_url") or (member or {}).get("router_url") or "the router"
     if (router or {}).get("failed"):
         return "%s: its router %s could not be read: %s" % (name, where, router.get("msg") or "no reason given")
     if not member:
         return None
+    if member.get("error"):
+        return "%s: its router %s could not be read: %s" % (name, where, member["error"])
     if not member.get("listed"):
         return "%s serves, but router %s does not list it (%s)" % (name, where, member.get("worker_url"))
     if not member.get("healthy"):
@@ -110,10 +113,11 @@ def final_check(checks, membership=None, router=None):
     """checks: [{"name": the instance's server name, "instance": its instance key, "checked": inference_server
     state=checked's registered result}, or a reading converge_checks returned, which may carry its own router
     "member"]. A failed check carries its message in "problem" (the role registers it
-    with failed_when, so that every instance is checked first). membership: instance -> {listed, healthy,
-    worker_url} (router_membership of the one listing read for the whole host; None: not behind a router, or
-    a command router); router: that read's registered result (router_worker state=present in check mode), for
-    its URL and, when it failed, its message.
+    with failed_when, so that every instance is checked first). Behind a router, each check that found its instance
+    serving carries what the router lists of it (inference_server's membership, read in the same call; its error
+    when the router could not be read). membership: instance -> {listed, healthy, worker_url} (router_membership of
+    one listing read for the whole host, which then stands instead; None: none was read); router: that read's
+    registered result (router_worker state=present in check mode), for its URL and, when it failed, its message.
 
     Returns {"ok": no problem, "problems": [one message per thing wrong, naming the instance], "lines": [what each
     instance leaves serving, in words], "msg": the problems joined, or a one-line summary}."""
@@ -124,11 +128,14 @@ def final_check(checks, membership=None, router=None):
         name = check.get("name") or "?"
         checked = check.get("checked") or {}
         # a reading this run took before (converge_checks) carries the router membership it was taken with
-        member = check["member"] if "member" in check else (membership.get(check.get("instance")) if read else None)
+        if "member" in check:
+            member = check["member"]
+        else:  # the host's one listing, where one was read, else what the check itself read of the router
+            member = membership.get(check.get("instance")) if read else checked.get("membership")
         if checked.get("problem") or checked.get("failed"):
             problems.append(checked.get("problem") or checked.get("msg") or "%s: the check failed without a message" % name)
         else:
-            found = _router_problem(name, member, read) if checked.get("serving") and read else None
+            found = _router_problem(name, member, read) if checked.get("serving") and (read or member) else None
             if found:
                 problems.append(found)
         lines.append(_line(name, checked, member, read))

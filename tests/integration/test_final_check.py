@@ -17,7 +17,7 @@ import time
 
 from switchbed import BENCH, STOP, fleet, serving, started, switch  # noqa: F401 pylint: disable=unused-import
 
-from test_replicas import listed, replicas, router  # noqa: F401 (the fixtures) pylint: disable=unused-import
+from test_replicas import listed, replicas, router, unlist  # noqa: F401 (the fixtures) pylint: disable=unused-import
 
 from ansible_collections.inferops.serving.plugins.module_utils import _procs
 
@@ -50,9 +50,9 @@ def kill_when_switched(host, victim, switched, before, done):
                      lambda: host.record(victim)["pid"], done)
 
 
-def two_behind(router, replicas):
-    """Replicas r0 and r1 on v1, both listed healthy by the router."""
-    host = replicas(router_url=router.url, names=("r0", "r1"))
+def two_behind(router, replicas, names=("r0", "r1")):
+    """Replicas r0 and r1 (or names) on v1, all listed healthy by the router."""
+    host = replicas(router_url=router.url, names=names)
     run = host.play("v1")
     assert run.rc == 0, run.stdout[-4000:]
     deadline = time.monotonic() + 30
@@ -124,6 +124,34 @@ def test_a_run_that_leaves_every_replica_serving_passes_and_says_so(router, repl
     run = host.play(None, playbook=STOP)  # a stop leaves nothing recorded: nothing should serve, which passes
     assert run.rc == 0, run.stdout[-3000:]
     assert said(run) == ["rep.%s: nothing is recorded for it: nothing should serve" % name for name in ("r0", "r1")]
+
+
+def test_a_replica_left_out_of_its_router_fails_the_final_check_of_a_run_that_did_not_touch_it(router, replicas):
+    """r0 serves but its router no longer lists it (taken out behind the run's back); a run that switches r1 alone
+    (r2 keeps the router's one healthy worker for keep_healthy) does not touch r0, and its final check, which looks
+    each serving instance up in the router's listing in the same module call (inference_server state=checked with the
+    router: membership), fails naming r0."""
+    host = two_behind(router, replicas, names=("r0", "r1", "r2"))
+    before = host.pids()
+    r0 = "http://127.0.0.1:%d" % host.ports["r0"]
+    unlist(router.url, r0)
+    run = host.play("v2", instances="r1")
+    assert run.rc != 0, run.stdout[-3000:]
+    expected = "rep.r0 serves, but router %s does not list it (%s)" % (router.url, r0)
+    failed = [r["result"] for r in run.records if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["msg"] == "what this run leaves serving is not right: " + expected, failed
+    checks = dict((r["result"]["pid"], r["result"]["membership"]) for r in run.results("inference_server", checks=True)
+                  if r["result"].get("serving"))
+    after = host.pids()
+    assert checks == {before["r0"]: {"listed": False, "healthy": False, "router_url": router.url, "worker_url": r0},
+                      after["r1"]: {"listed": True, "healthy": True, "router_url": router.url,
+                                    "worker_url": "http://127.0.0.1:%d" % host.ports["r1"]},
+                      before["r2"]: {"listed": True, "healthy": True, "router_url": router.url,
+                                     "worker_url": "http://127.0.0.1:%d" % host.ports["r2"]}}, checks
+    assert not [r for r in run.results("router_worker") if r["status"] != "skipped" and "once for every" in r["task"]]
+    assert host.variants() == {"r0": "v1", "r1": "v2", "r2": "v1"}
+    assert after["r0"] == before["r0"] and after["r2"] == before["r2"] and _procs.alive(after["r0"])
+    assert r0 not in listed(router.url), "a run that did not select r0 leaves it as it found it"
 
 
 def kill_during_bench(pid, done):

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from ansible_collections.inferops.serving.plugins.module_utils import _checked, _engines, _switch
+from ansible_collections.inferops.serving.plugins.module_utils import _checked, _engines, _router, _switch
 
 OOM = ("[ 8120.102468] demo kernel: Out of memory: Killed process 4242 (transformers) total-vm:14895312kB, "
        "anon-rss:13574219kB, file-rss:4096kB, shmem-rss:0kB, UID:0 pgtables:27344kB oom_score_adj:0\n")
@@ -75,3 +75,44 @@ def test_an_engine_that_runs_and_does_not_answer_fails():
 def test_a_switch_under_way_is_left_to_it():
     changed, result, dummy = _checked.check(ctx(dict(RECORD, loading=True), True), probe=never)
     assert result["reason"] == _checked.UNDER_WAY and result["serving"] is False
+
+
+class Router(object):
+    """A stand-in for _router.Membership (read and describe)."""
+
+    def __init__(self, reading=None, error=None):
+        self.reading, self.error, self.reads = reading, error, 0
+
+    def read(self):
+        self.reads += 1
+        if self.error:
+            raise _router.RouterError(self.error)
+        return self.reading
+
+    def describe(self):
+        return {"url": ["http://127.0.0.1:30080"], "type": "sglang", "worker_url": "http://127.0.0.1:8001"}
+
+
+def ready(*args, **kw):
+    return _engines.Probe("ready", "POST /v1/completions: 1 token generated")
+
+
+def test_behind_a_router_an_instance_that_serves_carries_what_the_router_lists_of_it():
+    listed = {"listed": True, "healthy": True, "router_url": "http://127.0.0.1:30080", "worker_url": "http://127.0.0.1:8001"}
+    changed, result, dummy = _checked.check(ctx(dict(RECORD), True), probe=ready, router=Router(listed))
+    assert not changed and result["serving"] is True and result["membership"] == listed
+    down = Router(error="router http://127.0.0.1:30080 could not be read: connection refused")
+    changed, result, dummy = _checked.check(ctx(dict(RECORD), True), probe=ready, router=down)
+    assert result["serving"] is True, "a router that cannot be read does not fail the engine's check"
+    assert result["membership"] == {"listed": None, "healthy": None, "router_url": "http://127.0.0.1:30080",
+                                    "worker_url": "http://127.0.0.1:8001", "error": down.error}
+    changed, result, dummy = _checked.check(ctx(dict(RECORD), True), probe=ready, router=Router(None))
+    assert "membership" not in result, "router type none: there is no list"
+
+
+def test_an_instance_gone_or_unrecorded_does_not_ask_its_router():
+    router = Router({"listed": True, "healthy": True})
+    _checked.check(ctx(None, False), probe=never, router=router)
+    with pytest.raises(_switch.ServerError):
+        _checked.check(ctx(dict(RECORD), False), probe=never, router=router)
+    assert router.reads == 0

@@ -74,6 +74,28 @@ def test_a_router_read_that_was_skipped_or_failed():
     assert failed["problems"] == ["demo.r0: its router http://127.0.0.1:30080 could not be read: connection refused"]
 
 
+def test_each_check_that_read_its_router_is_judged_by_its_own_reading():
+    """Behind a router, inference_server state=checked reads the router too (its membership): no listing of the
+    host is read, and each instance is judged by what its own check read."""
+    router = "http://127.0.0.1:30080"
+
+    def read(name, pid, **membership):
+        check = serving(name, pid)
+        check["checked"]["membership"] = dict(membership, router_url=router, worker_url="http://127.0.0.1:%d" % (8000 + pid % 10))
+        return check
+    checks = [read("demo.r0", 4241, listed=True, healthy=False), read("demo.r1", 4242, listed=False, healthy=False),
+              read("demo.r2", 4243, listed=True, healthy=True),
+              read("demo.r3", 4244, listed=None, healthy=None, error="connection refused")]
+    verdict = _run_report.final_check(checks)
+    assert verdict["problems"] == [
+        "demo.r0 serves, but router http://127.0.0.1:30080 lists http://127.0.0.1:8001 unhealthy",
+        "demo.r1 serves, but router http://127.0.0.1:30080 does not list it (http://127.0.0.1:8002)",
+        "demo.r3: its router http://127.0.0.1:30080 could not be read: connection refused"]
+    assert verdict["lines"][2] == "demo.r2: batched serves (pid 4243) on http://127.0.0.1:8003, listed healthy by router " + router
+    listing = {"r0": {"listed": True, "healthy": True, "worker_url": "http://127.0.0.1:8001"}}
+    assert _run_report.final_check(checks[:1], listing, READ)["ok"], "one listing read for the host stands instead"
+
+
 def plan_result(now, now_pid, wanted, running=True):
     return {"variant": wanted, "current": {"variant": now, "pid": now_pid, "running": running} if now_pid else None}
 
