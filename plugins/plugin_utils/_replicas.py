@@ -556,8 +556,8 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, member
     membership: instance -> {listed, healthy} (router_membership); None: each plan's own reading, the
     ``membership`` inference_server returns where it keeps a server behind its router (a plan that switches reads
     none; nor does a command router's). An instance that keeps its server but is not listed healthy is add: it
-    goes back into its router before any batch (adding), and is not taken out. says: one line per selected instance; added: instance -> the line once it
-    is back ("r0 serves v1; it was not in its router: added back").
+    goes back into its router before any batch (adding), and is not taken out. says: one line per selected
+    instance; added: instance -> the line once it is back ("r0 serves v1; it was not in its router: added back").
     """
     if not isinstance(plan, Mapping) or "instances" not in plan:
         raise PlanError("switch_plan needs instances_plan's result, got %r" % (plan,))
