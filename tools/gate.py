@@ -76,8 +76,10 @@ def run_group(members, env, gate_dir, cwd=ROOT):
 
     def start(target):
         out = open(os.path.join(gate_dir, "%s.log" % target), "w+")
-        proc = subprocess.Popen(["make", "--no-print-directory", target], cwd=cwd, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        # each member its own /dev/null: the fleet's ssh sets O_NONBLOCK on its stdin, and on an inherited one that
+        # is every member's, where ansible-galaxy then refuses to run (Molecule failed the gate of fa3ad41 so)
+        proc = subprocess.Popen(["make", "--no-print-directory", target], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT)
         running[target] = (proc, out, time.monotonic())
 
     for chain in chains:

@@ -183,6 +183,38 @@ def test_a_chain_in_a_group_runs_its_stages_in_turn_beside_the_others_and_stops_
     assert [(name, rc) for name, _wall, rc in stopped] == [("c", 2)] and not (tmp_path / "a.mark").exists()
 
 
+def test_a_member_that_makes_its_stdin_non_blocking_leaves_the_others_blocking(tmp_path, capsys):
+    """a sets O_NONBLOCK on its stdin (as the fleet's ssh does) and holds it; b, started beside it, must still find
+    its own stdin blocking (ansible-galaxy, under Molecule, refuses to run otherwise). With one inherited stdin they
+    share one open file description, and b fails."""
+    (tmp_path / "nonblock.py").write_text(textwrap.dedent("""\
+        import fcntl, os, time
+        fcntl.fcntl(0, fcntl.F_SETFL, fcntl.fcntl(0, fcntl.F_GETFL) | os.O_NONBLOCK)
+        open("a.mark", "w").close()
+        time.sleep(2)
+        """))
+    (tmp_path / "blocking.py").write_text(textwrap.dedent("""\
+        import os, sys, time
+        for _ in range(50):
+            if os.path.exists("a.mark"):
+                break
+            time.sleep(0.1)
+        sys.exit(0 if os.get_blocking(0) else 5)
+        """))
+    (tmp_path / "Makefile").write_text("a:\n\t%s nonblock.py\nb:\n\t%s blocking.py\n" % (sys.executable, sys.executable))
+    gate_dir = tmp_path / "gate"
+    gate_dir.mkdir()
+    saved = os.dup(0)
+    with open(os.devnull) as shared:
+        os.dup2(shared.fileno(), 0)  # the gate's own stdin /dev/null, as the run that failed had it
+    try:
+        rows = gate.run_group(["a", "b"], dict(os.environ), str(gate_dir), cwd=str(tmp_path))
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert [(name, rc) for name, _wall, rc in rows] == [("a", 0), ("b", 0)], capsys.readouterr().out
+
+
 def test_the_makefile_quotes_each_stage_so_the_shell_never_reads_a_chain_as_a_redirection():
     dry = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     line = next(line for line in dry.splitlines() if "tools/gate.py" in line)
