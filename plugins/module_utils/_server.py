@@ -415,6 +415,8 @@ def _start(ctx, adapter, version, launch):
     action, reason = _decide(params, record, running, same, ctx.check_mode, lambda: _serves(params, launch),
                              interruption(sup, ctx.journal, record, running))
     if action == REPORT_LOADING:
+        if ctx.check_mode:
+            _read_listing(ctx, "is loading")
         result.update(loading=True, outcome=_switch.LOADING, reason=reason, pid=record.get("pid"))
         return False, result, diff
     if action in (KEEP, KEEP_UNPROBED):
@@ -426,6 +428,7 @@ def _start(ctx, adapter, version, launch):
     if action == RESUME:
         result.update(reason=reason, pid=record.get("pid"))
         if ctx.check_mode:
+            _read_listing(ctx, "would resume its switch to %s" % (params.get("variant") or "the new variant"))
             result.update(loading=True, outcome=_switch.LOADING)
             return False, result, diff
         switch = _switch.Switch(sup, params, launch, version=version, old=record, stop_old=False, start_new=False,
@@ -440,29 +443,44 @@ def _start(ctx, adapter, version, launch):
     return _switch_to(ctx, adapter, version, launch, record, running, (previous, previous_params), diff)
 
 
+def _read_listing(ctx, doing):
+    """(router, reading): what the instance's router lists of it (the router option's Membership.read()), the run's
+    one reading of it; (None, None) without a router. Sets the result's membership (listed null for router type
+    none: there is no list). A router that cannot be read refuses the call here, before anything changes:
+    nothing_stopped, "<name> <doing>, and its router could not be read: ..."."""
+    router = membership(ctx)
+    if router is None:
+        return None, None
+    try:
+        reading = router.read()
+    except _router.RouterError as exc:
+        raise _switch.nothing_stopped("%s %s, and its router could not be read: %s" % (ctx.params["name"], doing, exc.msg),
+                                      **dict(ctx.result, listed=exc.result.get("listed")))
+    if reading is None:
+        ctx.result["listed"] = None
+    else:
+        ctx.result["membership"] = reading  # a plan's reading is the run's: the controller does not read it again
+    return router, reading
+
+
 def _keep_listed(ctx, record):
     """A server kept with a router given: one its router does not list (a run cut off after taking it out, a
     router restarted empty) is added back, under the lock, waiting until listed healthy. True when it was (in check
     mode: would be) added."""
-    router = membership(ctx)
-    if router is None:
-        return False
     name, variant = ctx.params["name"], record.get("variant") or ctx.params.get("variant") or "it"
+    router, reading = _read_listing(ctx, "serves %s" % variant)
+    if reading is None:
+        return False
+    if reading["healthy"]:
+        ctx.result["listed"] = True
+        return False
+    if ctx.check_mode:
+        ctx.result.update(listed=False, reason="%s; it is not in its router: it would be added back" % ctx.result["reason"])
+        return True
     try:
-        reading = router.read()
-        if reading is None:  # router type none: there is no list
-            ctx.result["listed"] = None
-            return False
-        ctx.result["membership"] = reading  # a plan's reading is the run's: no second read from the controller
-        if reading["healthy"]:
-            ctx.result["listed"] = True
-            return False
-        if ctx.check_mode:
-            ctx.result.update(listed=False, reason="%s; it is not in its router: it would be added back" % ctx.result["reason"])
-            return True
         ctx.result["listed"] = bool(router.join().get("listed"))
     except _router.RouterError as exc:
-        raise _switch.nothing_stopped("%s serves %s, and its router could not be read or changed: %s" % (name, variant, exc.msg),
+        raise _switch.nothing_stopped("%s serves %s, and its router could not be changed: %s" % (name, variant, exc.msg),
                                       **dict(ctx.result, listed=exc.result.get("listed")))
     ctx.result["reason"] = "%s serves %s; it was not in its router: added back" % (name, variant)
     return True
@@ -482,7 +500,8 @@ def _switch_to(ctx, adapter, version, launch, record, running, restore, diff):
         result["gpu_check"] = survey
     if blockers:
         raise _switch.nothing_stopped("; ".join(blockers), **result)
-    if ctx.check_mode:
+    if ctx.check_mode:  # a plan: what the router lists of the instance, read here, before anything changes
+        _read_listing(ctx, "would switch to %s" % (params.get("variant") or "the new variant"))
         return True, result, diff
     switch = _switch.Switch(sup, params, launch, version=version, old=record, stop_old=bool(record) or bool(spared),
                             start_new=True, previous=restore[0], previous_params=restore[1],

@@ -430,6 +430,8 @@ options:
       - A controller that dies mid-way leaves the host to end the unit, the instance listed and serving. A second run
         waits O(lock_timeout) for the lock, then fails naming the holder and its phase.
       - A server kept as it is (it serves this configuration) that its router does not list is added back.
+      - In check mode (a plan), the router is read whatever the plan finds (RV(membership)), and a router that cannot
+        be read fails the plan (C(nothing_stopped)), before anything changes.
       - With O(state=checked), an instance that serves is looked up in its router's listing too (RV(membership));
         a router that cannot be read is said there (its C(error)), and the call does not fail for it.
       - The same settings as M(inferops.serving.router_worker), which does the same steps from the controller. A
@@ -557,10 +559,11 @@ listed:
   sample: true
 membership:
   description:
-    - With O(router), a server kept as it is (also in a plan), or with O(state=checked) one that serves, what its router
-      listed of it when the call read it, before any add back. The serve_variant role takes it as the instance's router
-      membership instead of reading the router again from the controller.
-  returned: when O(router) is set and the server is kept or, with O(state=checked), serves; for router types other than V(none)
+    - With O(router), what the instance's router listed of it when the call read it, before any add back, in a server
+      kept as it is, in every plan (check mode) its own checks do not refuse, and with O(state=checked) in one that
+      serves. The serve_variant role takes the plans' readings as the instances' router membership; the controller
+      does not read the router.
+  returned: when O(router) is set and the server is kept, the call is a plan, or, with O(state=checked), the server serves; for router types other than V(none)
   type: dict
   contains:
     listed:

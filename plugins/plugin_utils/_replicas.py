@@ -554,8 +554,8 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, member
     (whether any instance switches or is relabelled), pick and pick_entry (the instance entry of pick),
     result and bench (pick's), so that the rollout's host plan reads one instance as it reads one server.
     membership: instance -> {listed, healthy} (router_membership); None: each plan's own reading, the
-    ``membership`` inference_server returns where it keeps a server behind its router (a plan that switches reads
-    none; nor does a command router's). An instance that keeps its server but is not listed healthy is add: it
+    ``membership`` inference_server returns in every plan behind a router (a command router's plan reads none: it
+    cannot be asked). An instance that keeps its server but is not listed healthy is add: it
     goes back into its router before any batch (adding), and is not taken out. says: one line per selected
     instance; added: instance -> the line once it is back ("r0 serves v1; it was not in its router: added back").
     """

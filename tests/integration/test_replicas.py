@@ -339,7 +339,7 @@ def test_compare_on_a_replica_behind_the_router_takes_it_out_meanwhile_and_puts_
     assert run.rc == 0, run.stdout[-4000:]
     r1_url = "http://127.0.0.1:%d" % host.ports["r1"]
     moves = [(r["result"].get("worker_url"), r["task"].split(" : ")[-1].split(" ")[0]) for r in run.results("router_worker")
-             if r["status"] != "skipped" and not r["task"].split(" : ")[-1].startswith("Read what router")]
+             if r["status"] != "skipped"]
     assert [m for m in moves if m[0] == r1_url][:1] == [(r1_url, "Take")] and moves[-1][0] == r1_url, moves
     assert host.pids()["r0"] == before["r0"] and host.variants() == {"r0": "v1", "r1": "v2"}
     assert listed(router.url) == dict((url, True) for url in host.urls()), "r1 is back in its router, healthy"
@@ -591,6 +591,11 @@ def test_a_run_refused_because_the_router_is_down_changes_nothing_and_says_so(ro
     assert run.recap()["changed"] == 0, run.stdout[-3000:]
     assert "router http://127.0.0.1:%d" % router.port in run.stdout, run.stdout[-3000:]
     assert host.pids() == before and host.variants() == {"r0": "v1", "r1": "v1"}
+    # both would switch: their plans read the router (issue 34 item 2) and refuse the run; the controller reads nothing
+    assert not [r for r in run.results("router_worker") if r["status"] != "skipped"]
+    refusals = [r["result"] for r in run.results("inference_server") if r["status"] == "failed"]
+    assert refusals and all(r["outcome"] == "nothing_stopped" and "would switch to v2, and its router could not be read"
+                            in r["msg"] for r in refusals), refusals
 
 
 @pytest.mark.parametrize("settings, words", [

@@ -15,7 +15,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from launch_params import params
 
-from ansible_collections.inferops.serving.plugins.module_utils import _idle_check, _instance_args
+from ansible_collections.inferops.serving.plugins.module_utils import _idle_check, _instance_args, _router
 from ansible_collections.inferops.serving.plugins.modules import inference_server
 
 
@@ -104,3 +104,38 @@ def test_engine_and_model_are_needed_from_the_parameters_or_the_spec(capsys, tmp
     assert rc == 1 and out["msg"].startswith("value of engine must be one of: sglang, vllm, trtllm, transformers, command")
     assert out["msg"].endswith("got: nginx found in spec")  # Ansible's own check of the spec's choices
     assert inference_server.validate(params(state="stopped", engine=None, model=None)) == []
+
+
+ROUTER = {"type": "sglang", "url": ["http://127.0.0.1:30080"], "worker_url": "http://127.0.0.1:30000"}
+
+
+def test_a_plan_that_would_switch_reads_what_its_router_lists(capsys, tmp_path, monkeypatch):
+    """The plan of an instance that switches reads its router too (issue 34 item 2): the run's one reading of it,
+    so the controller reads the router no more."""
+    reads = []
+
+    def read(self):
+        reads.append((self.params["router_url"], self.params["worker_url"]))
+        return {"listed": True, "healthy": False, "router_url": "http://127.0.0.1:30080", "worker_url": self.params["worker_url"]}
+    monkeypatch.setattr(_router.Membership, "read", read)
+    rc, out = plan(capsys, tmp_path, spec=SPEC, router=ROUTER)
+    assert rc == 0, out
+    assert out["changed"] is True and out["pid"] is None, "nothing serves: it would switch"
+    assert reads == [(["http://127.0.0.1:30080"], "http://127.0.0.1:30000")]
+    assert out["membership"] == {"listed": True, "healthy": False, "router_url": "http://127.0.0.1:30080",
+                                 "worker_url": "http://127.0.0.1:30000"}
+    monkeypatch.undo()  # router type none: the real read, which has no list to read
+    rc, out = plan(capsys, tmp_path, spec=SPEC, router={"type": "none"})
+    assert rc == 0 and out["listed"] is None and "membership" not in out
+
+
+def test_a_plan_whose_router_cannot_be_read_is_refused_naming_the_router(capsys, tmp_path, monkeypatch):
+    def read(self):
+        raise _router.RouterError("router http://127.0.0.1:30080: GET /workers failed: [Errno 111] Connection refused")
+    monkeypatch.setattr(_router.Membership, "read", read)
+    rc, out = plan(capsys, tmp_path, spec=SPEC, router=ROUTER)
+    assert rc == 1 and out["outcome"] == "nothing_stopped"
+    assert out["msg"] == ("nothing was stopped: t would switch to fast, and its router could not be read: router "
+                          "http://127.0.0.1:30080: "
+                          "GET /workers failed: [Errno 111] Connection refused")
+    assert not os.path.exists(str(tmp_path / "state" / "t.json")), "a plan writes no state"
