@@ -217,8 +217,12 @@ def test_a_replica_whose_variant_crashes_is_rolled_back_and_readded(router, repl
         time.sleep(1)
     assert run.rc != 0
     assert "ROLLED BACK" in run.stdout, run.stdout[-4000:]
-    assert "r0: rolled_back: ROLLED BACK: v1 serves again" in flat(run.stdout), run.stdout[-4000:]
+    assert re.search(r"r0: rolled_back: ROLLED BACK: v1 serves again at \S+ \(pid %d\); listed in its router"
+                     % host.pids()["r0"], flat(run.stdout)), run.stdout[-4000:]
     assert "r1: not switched (a batch before it failed); listed in its router" in flat(run.stdout)
+    # r0's own unit put v1 back into the router, under its lock: the rescue reads and adds nothing from the controller
+    assert not [r for r in run.results("router_worker") if r["status"] != "skipped"]
+    assert not [r for r in run.results("inference_server") if "serves now" in r["task"] and r["status"] != "skipped"]
     assert load.failed == 0, load.errors[:5]
     # r0 failed and serves v1 again; the others were left alone (the batch after a failure is not started)
     assert host.variants() == dict((name, "v1") for name in NAMES)
@@ -552,6 +556,12 @@ def test_a_replica_left_out_of_its_router_is_added_back_by_a_rerun_of_what_serve
     assert run.rc == 0, run.stdout[-4000:]
     assert "r0 serves v1; it was not in its router: added back" in run.stdout, run.stdout[-3000:]
     assert run.recap()["changed"] == 1
+    # r0's own converge call put it back, under its lock on the host; the controller asked the router nothing
+    assert not [r for r in run.results("router_worker") if r["status"] != "skipped"]
+    acted = [r["result"] for r in run.results("inference_server")
+             if r["status"] == "ok" and "Start the server" in r["task"]]
+    assert [(r["state_file"].rsplit("/", 1)[-1], r["outcome"], r["listed"], r["reason"]) for r in acted] == [
+        ("rep.r0.json", "unchanged", True, "rep.r0 serves v1; it was not in its router: added back")], acted
     assert listed(router.url) == dict((url, True) for url in host.urls())
     assert host.pids() == before and load.failed == 0, load.errors[:5]
     again = host.play("v1")
@@ -568,7 +578,7 @@ def test_a_router_restarted_empty_is_repopulated_by_one_run(router, replicas, tm
         run = host.play("v1")
         print("router restarted empty, re-run of v1: rc %d, changed=%d" % (run.rc, run.recap()["changed"]))
         assert run.rc == 0, run.stdout[-4000:]
-        assert run.recap()["changed"] == 1, "one task put both back"
+        assert run.recap()["changed"] == 2, "each instance's own converge call put it back"
         assert "r0 serves v1; it was not in its router: added back" in run.stdout
         assert "r1 serves v1; it was not in its router: added back" in run.stdout
         assert "localhost r1: unchanged, serves v1; listed in its router" in run.stdout, "the host's summary"
