@@ -555,9 +555,9 @@ def switch_plan(plan, plans, canary=False, bench_always=False, pick=None, member
     result and bench (pick's), so that the rollout's host plan reads one instance as it reads one server.
     membership: instance -> {listed, healthy} (router_membership); None: each plan's own reading, the
     ``membership`` inference_server returns in every plan behind a router (a command router's plan reads none: it
-    cannot be asked). An instance that keeps its server but is not listed healthy is add: it
-    goes back into its router before any batch (adding), and is not taken out. says: one line per selected
-    instance; added: instance -> the line once it is back ("r0 serves v1; it was not in its router: added back").
+    cannot be asked). An instance that keeps its server but is not listed healthy is add: it goes back into its
+    router before any batch (adding), and is not taken out. says: one line per selected instance; added: instance
+    -> the line once it is back ("r0 serves v1; it was not in its router: added back").
     """
     if not isinstance(plan, Mapping) or "instances" not in plan:
         raise PlanError("switch_plan needs instances_plan's result, got %r" % (plan,))
