@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 
 from switchbed import BENCH, STOP, fleet, serving, started, switch  # noqa: F401 pylint: disable=unused-import
 
@@ -154,19 +155,29 @@ def test_a_replica_left_out_of_its_router_fails_the_final_check_of_a_run_that_di
     assert r0 not in listed(router.url), "a run that did not select r0 leaves it as it found it"
 
 
-def kill_during_bench(pid, done):
-    """SIGKILL pid once the benchmark module has run for 3 s (its async wrapper names it on its command line),
-    some requests served and more to come."""
-    return kill_when(lambda: any(BENCH_MODULE in p.cmdline for p in _procs.list_procs()), lambda: pid, done, delay=3.0)
+def requests_seen(port):
+    """How many generation requests the stand-in engine on port has taken since it started (its /stats)."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/stats" % port, timeout=5) as answer:
+        return json.load(answer)["requests"]
+
+
+def kill_during_bench(pid, port, done):
+    """SIGKILL pid once the benchmark module runs (its async wrapper names it on its command line) and the
+    engine has taken 5 more requests than before the run: the probes a run may send before it, and at least
+    3 of the benchmark's, one at a time, so some were served and more are to come whatever the machine's load
+    (a fixed delay after the module appeared left none served on a loaded CI machine)."""
+    before = requests_seen(port)
+    return kill_when(lambda: any(BENCH_MODULE in p.cmdline for p in _procs.list_procs())
+                     and requests_seen(port) >= before + 5, lambda: pid, done)
 
 
 def test_a_bench_on_a_one_server_host_fails_when_its_engine_died_during_it(switch, fleet):  # noqa: F811 pylint: disable=redefined-outer-name
-    # one level of 24 requests of 64 tokens, 6 ms a token: about 10 s, and the engine dies 3 s into it
+    # one level of 24 requests of 64 tokens, 6 ms a token: about 10 s, and the engine dies a few requests into it
     fleet.set_vars(serving_bench={"concurrency": [1], "requests_per_level": 24, "input_tokens": 8,
                                   "output_tokens": 64, "warmup": 0})
     record = started(switch, fleet, "slow")
     done = threading.Event()
-    killed, thread = kill_during_bench(record["pid"], done)
+    killed, thread = kill_during_bench(record["pid"], fleet.port, done)
     try:
         run = switch(playbook=BENCH)
     finally:
