@@ -886,6 +886,7 @@ ROUTER_OPTION_SPEC = dict(
     timeout=dict(type="float", default=60.0),
     drain_timeout=dict(type="float", default=60.0),
     drain_metric=dict(type="str"),
+    drain_metric_by_variant=dict(type="dict"),
     keep_healthy=dict(type="int", default=0),
 )
 
@@ -894,16 +895,20 @@ class Membership(object):
     """An instance's place in its router(s), as inference_server's switch changes it: leave() (the removal with
     keep_healthy and its re-check, then the drain, which an engine that ends cuts short) and join() (the add,
     waiting until listed healthy), each one converge() call, the router_worker core. ``option``: the router option;
-    ``worker_url`` the instance's URL when the option names none; ``engine_state`` its state file."""
+    ``worker_url`` the instance's URL when the option names none; ``engine_state`` its state file; ``serving`` the
+    variant it serves, whose gauge in the option's drain_metric_by_variant (a stop's) the drain reads, else the
+    option's drain_metric."""
 
-    def __init__(self, option, worker_url, engine_state, **kw):
+    def __init__(self, option, worker_url, engine_state, serving=None, **kw):
         def given(key):  # the option's value, else its default in ROUTER_OPTION_SPEC (stated there only)
             return ROUTER_OPTION_SPEC[key].get("default") if option.get(key) is None else option[key]
+        gauge = (option.get("drain_metric_by_variant") or {}).get(serving) if serving else None
         self.params = {"router_url": option.get("url"), "router_type": given("type"),
                        "api_key": option.get("api_key"), "worker_url": option.get("worker_url") or worker_url,
-                       "timeout": given("timeout"), "drain_metric": option.get("drain_metric"),
+                       "timeout": given("timeout"), "drain_metric": gauge or option.get("drain_metric"),
                        "drain_metrics_url": None, "keep_healthy": given("keep_healthy"),
                        "drain_timeout": given("drain_timeout"), "engine_state": engine_state}
+        self.option = option
         self.kw = kw  # request, clock, sleep, poll (tests)
 
     @property
@@ -919,7 +924,12 @@ class Membership(object):
         return {"url": router_urls(self.params), "type": self.params["router_type"], "worker_url": self.params["worker_url"]}
 
     def problems(self):
-        return ["router: %s" % problem for problem in url_problems(self.params)]
+        found = url_problems(self.params)
+        for variant, gauge in sorted((self.option.get("drain_metric_by_variant") or {}).items()):
+            if not isinstance(gauge, str) or not _METRIC_NAME.match(gauge):
+                found.append("drain_metric_by_variant: variant %s's gauge must be a Prometheus metric name such as %s, "
+                             "got %r" % (variant, " or ".join(sorted(DRAIN_METRICS.values())), gauge))
+        return ["router: %s" % problem for problem in found]
 
     def leave(self, on_removed=None):
         return converge(dict(self.params, state="absent"), on_removed=on_removed, **self.kw)[0]

@@ -211,12 +211,14 @@ def _join(ctx, switch_id):
     return _outcome(ctx, data, False, {})
 
 
-def membership(ctx):
-    """The instance's router (the router option) as the switch leaves and joins it; None without one."""
+def membership(ctx, serving=None):
+    """The instance's router (the router option) as the switch leaves and joins it, a stop leaves it; None without
+    one. serving: the variant the instance serves, for the option's drain_metric_by_variant (a stop's)."""
     option = ctx.params.get("router")
     if not option:
         return None
-    return _router.Membership(option, url_of(ctx.params["host"], ctx.params["port"]), ctx.sup.store.path)
+    return _router.Membership(option, url_of(ctx.params["host"], ctx.params["port"]), ctx.sup.store.path,
+                              serving=serving)
 
 
 def _after_preflight(survey, check):
@@ -291,6 +293,8 @@ def _stop(ctx):
     elif params.get("engine") and params.get("model"):
         launch = _engines.adapter(params["engine"]).build(params)
         result.update(argv=launch.public_argv, fingerprint=launch.fingerprint)
+    # out of its router and drained first, under the lock: a change of its own when it was listed
+    left = _leave_before_stop(ctx, record) if params.get("router") else False
     if changed and not ctx.check_mode:
         problem = _preflight.dir_problem("state_dir", params["state_dir"], create=True)
         if problem:  # the state file must be able to say that nothing runs any more
@@ -317,7 +321,41 @@ def _stop(ctx):
         except _idle_check.CheckFailed as exc:
             result["gpu_check"] = exc.result
             raise ServerError("GPUs not clean after stopping %s: %s" % (params["name"], exc.msg), **result)
-    return changed, result, diff
+    return changed or left, result, diff
+
+
+def _leave_before_stop(ctx, record):
+    """A stop with a router: the instance out of its router (keep_healthy and its re-check as in a switch), then
+    drained on the gauge of the variant its state file records, before anything is stopped. True when its router
+    listed it (in check mode, only read: it would be taken out). A router that cannot be read or refuses, or a drain
+    that does not end, refuses the stop (nothing_stopped), the instance put back when it had left."""
+    name, result = ctx.params["name"], ctx.result
+    variant = (record or {}).get("variant")
+    if ctx.check_mode:
+        dummy, reading = _read_listing(ctx, "would stop")
+        listed = bool(reading and reading["listed"])
+        result["listed"] = listed if reading is not None else None
+        return listed
+    router = membership(ctx, serving=variant)
+    removed = []
+    try:
+        left = router.leave(on_removed=lambda: removed.append(True))
+    except _router.RouterError as exc:
+        msg, listed = exc.msg, exc.result.get("listed")
+        if removed:  # out, but the drain did not end: back in, as a switch puts it back
+            try:
+                listed = bool(router.join().get("listed"))
+                msg += "; it was put back into its router"
+            except _router.RouterError as again:
+                listed, msg = False, "%s; putting it back failed too: %s" % (msg, again.msg)
+        raise _switch.nothing_stopped("%s could not be taken out of its router: %s" % (name, msg),
+                                      **dict(result, listed=listed))
+    result["listed"] = left.get("listed") if router.params["router_type"] != "none" else None
+    step = {"step": "leave", "listed": result["listed"]}  # as a switch's journal keeps its router steps
+    step.update((key, left[key]) for key in ("changed", "drain", "drained_s", "drain_value", "engine_ended", "waited_s")
+                if left.get(key) is not None)
+    result["router_steps"] = [step]
+    return bool(left.get("changed"))
 
 
 def _restore_target(ctx, record, running):

@@ -430,6 +430,10 @@ options:
       - A controller that dies mid-way leaves the host to end the unit, the instance listed and serving. A second run
         waits O(lock_timeout) for the lock, then fails naming the holder and its phase.
       - A server kept as it is (it serves this configuration) that its router does not list is added back.
+      - With O(state=stopped), the instance leaves its router and is drained, on the gauge that
+        O(router.drain_metric_by_variant) gives the variant its state file records, then it is stopped, all under the
+        lock (O(router.keep_healthy) applies). A router that cannot be read or refuses, or a drain that times out,
+        stops nothing, the instance put back in.
       - In check mode (a plan), the router is read whatever the plan finds (RV(membership)), and a router that cannot
         be read fails the plan (C(nothing_stopped)), before anything changes.
       - With O(state=checked), an instance that serves is looked up in its router's listing too (RV(membership));
@@ -467,6 +471,13 @@ options:
           - The engine's in-flight gauge on its C(/metrics) (C(sglang:num_running_reqs), C(vllm:num_requests_running)).
           - Unset, the router's own count where it keeps one, else the whole O(router.drain_timeout).
         type: str
+      drain_metric_by_variant:
+        description:
+          - The in-flight gauge per variant (variant name to gauge name), as the
+            P(inferops.serving.drain_metric_by_variant#filter) filter gives it from the catalog.
+          - The drain reads the gauge of the variant the state file records, else O(router.drain_metric). For a
+            stop, whose caller does not know what serves.
+        type: dict
       keep_healthy:
         description: Other healthy workers the router must keep, else the instance stays in and nothing is stopped.
         type: int
@@ -543,6 +554,16 @@ EXAMPLES = r"""
     port: 30000
     state: stopped
 
+- name: Stop one replica, out of its router and drained first, under its lock
+  inferops.serving.inference_server:
+    name: qwen.r0
+    port: 30001
+    state: stopped
+    router:
+      url: http://10.0.0.5:30080
+      drain_metric_by_variant: {baseline: "sglang:num_running_reqs", nextn: "sglang:num_running_reqs"}
+      drain_timeout: 120
+
 - name: At the end of a run, check what the instance leaves serving (changes nothing; fails if it died)
   inferops.serving.inference_server:
     name: qwen
@@ -583,8 +604,8 @@ membership:
       type: str
   sample: {listed: true, healthy: true, router_url: "http://10.0.0.5:30080", worker_url: "http://10.0.0.7:30001"}
 router_steps:
-  description: With O(router), each router step of the switch (C(leave), C(join)), as its journal keeps them.
-  returned: when a switch with O(router) ran
+  description: With O(router), each router step of the switch (C(leave), C(join)), as its journal keeps them, or of the stop (C(leave)).
+  returned: when a switch or a stop with O(router) ran
   type: list
   elements: dict
   sample: [{step: leave, listed: false, drain: "sglang:num_running_reqs read 0"}, {step: join, listed: true}]

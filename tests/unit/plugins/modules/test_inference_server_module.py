@@ -139,3 +139,72 @@ def test_a_plan_whose_router_cannot_be_read_is_refused_naming_the_router(capsys,
                           "http://127.0.0.1:30080: "
                           "GET /workers failed: [Errno 111] Connection refused")
     assert not os.path.exists(str(tmp_path / "state" / "t.json")), "a plan writes no state"
+
+
+def stop(capsys, tmp_path, check=False, **args):
+    """main() with state=stopped (nothing recorded, nothing runs): (rc, the result)."""
+    capsys.readouterr()
+    args = dict(dict(name="t", port=30000, state="stopped", state_dir=str(tmp_path / "state"),
+                     log_dir=str(tmp_path / "log")), **args)
+    with patch_module_args(dict(args, _ansible_check_mode=check)):
+        with pytest.raises(SystemExit) as exited:
+            inference_server.main()
+    return exited.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_a_stop_behind_a_router_takes_the_instance_out_and_drains_it_in_the_same_call(capsys, tmp_path, monkeypatch):
+    """stop with the router option (issue 34 item 4): out of the router and drained under the lock, then stopped,
+    one module call; a change of its own when the router listed it."""
+    calls = []
+
+    def leave(self, on_removed=None):
+        calls.append(("leave", self.params["keep_healthy"], self.params["drain_metric"]))
+        on_removed()
+        return {"changed": True, "listed": False, "drain": "sglang:num_running_reqs read 0", "drained_s": 0.4}
+    monkeypatch.setattr(_router.Membership, "leave", leave)
+    rc, out = stop(capsys, tmp_path, router=dict(ROUTER, drain_metric="vllm:num_requests_running"))
+    assert rc == 0, out
+    assert calls == [("leave", 0, "vllm:num_requests_running")]  # nothing recorded: the option's own gauge
+    assert out["changed"] is True and out["outcome"] == "unchanged", "nothing ran; its router listed it"
+    assert out["listed"] is False
+    assert out["router_steps"] == [{"step": "leave", "listed": False, "changed": True,
+                                    "drain": "sglang:num_running_reqs read 0", "drained_s": 0.4}]
+
+
+def test_a_stop_whose_drain_does_not_end_stops_nothing_and_puts_the_instance_back(capsys, tmp_path, monkeypatch):
+    def leave(self, on_removed=None):
+        on_removed()
+        raise _router.RouterError("worker http://127.0.0.1:30000 left router http://127.0.0.1:30080, but it did not "
+                                  "drain: sglang:num_running_reqs read 2 after 5.0 s", {"listed": False})
+    joins = []
+    monkeypatch.setattr(_router.Membership, "leave", leave)
+    monkeypatch.setattr(_router.Membership, "join", lambda self: joins.append(1) or {"listed": True})
+    rc, out = stop(capsys, tmp_path, router=ROUTER)
+    assert rc == 1 and out["outcome"] == "nothing_stopped" and joins == [1] and out["listed"] is True
+    assert out["msg"] == ("nothing was stopped: t could not be taken out of its router: worker http://127.0.0.1:30000 "
+                          "left router http://127.0.0.1:30080, but it did not drain: sglang:num_running_reqs read 2 "
+                          "after 5.0 s; it was put back into its router")
+
+
+def test_a_stop_plan_behind_a_router_reads_it_and_says_it_would_take_the_instance_out(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(_router.Membership, "read", lambda self: {"listed": True, "healthy": True,
+                                                                  "router_url": "http://127.0.0.1:30080",
+                                                                  "worker_url": self.params["worker_url"]})
+    monkeypatch.setattr(_router.Membership, "leave", lambda self, on_removed=None: pytest.fail("a plan takes nothing out"))
+    rc, out = stop(capsys, tmp_path, check=True, router=ROUTER)
+    assert rc == 0 and out["changed"] is True and out["listed"] is True and out["membership"]["listed"] is True
+    monkeypatch.setattr(_router.Membership, "read", lambda self: {"listed": False, "healthy": False,
+                                                                  "router_url": "http://127.0.0.1:30080",
+                                                                  "worker_url": self.params["worker_url"]})
+    rc, out = stop(capsys, tmp_path, check=True, router=ROUTER)
+    assert rc == 0 and out["changed"] is False and out["listed"] is False, "not listed, nothing runs: nothing to do"
+
+
+def test_the_drain_reads_the_gauge_of_the_variant_the_state_file_records():
+    option = dict(ROUTER, drain_metric="engine:default",
+                  drain_metric_by_variant={"nextn": "vllm:num_requests_running", "baseline": "sglang:num_running_reqs"})
+    assert _router.Membership(option, None, None, serving="nextn").params["drain_metric"] == "vllm:num_requests_running"
+    assert _router.Membership(option, None, None, serving="other").params["drain_metric"] == "engine:default"
+    assert _router.Membership(option, None, None).params["drain_metric"] == "engine:default"
+    text = " ".join(inference_server.validate(params(router=dict(ROUTER, drain_metric_by_variant={"v": "not a name"}))))
+    assert "router: drain_metric_by_variant: variant v's gauge must be a Prometheus metric name" in text and "'not a name'" in text
