@@ -34,9 +34,11 @@ def converge_words(result, found=None, wanted="", planning=False):
     return _call("converge_words", _replicas.converge_words, result, found, wanted, planning)
 
 
-def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None):
-    """inference_server's router option for one instance's switch ({} for a command router or none)."""
-    return _call("switch_router", _replicas.switch_router, router, worker, keep_healthy, drain_metric, drain_timeout)
+def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None,
+                  drain_metric_by_variant=None):
+    """inference_server's router option for one instance's switch or stop ({} for a command router or none)."""
+    return _call("switch_router", _replicas.switch_router, router, worker, keep_healthy, drain_metric, drain_timeout,
+                 drain_metric_by_variant)
 
 
 def worker_url(instance, router=None, serving_host="", address=""):

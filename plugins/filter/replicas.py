@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The decisions of replicas (serving_instances), each a pure function of plugin_utils/_replicas:
 instances_plan, instance_fit, instance_engine_args, server_spec, replica_switch_plan, drain_metric,
-serving_drain_metric and hook_argv."""
+serving_drain_metric, drain_metric_by_variant and hook_argv."""
 
 from __future__ import annotations
 
@@ -66,6 +66,11 @@ def serving_drain_metric(serving, catalog, engine=None, model=None):
     return _call("serving_drain_metric", _replicas.serving_drain_metric, serving, catalog, engine, model)
 
 
+def drain_metric_by_variant(catalog, engine=None, model=None):
+    """The drain gauge of every variant of the catalog that has one, {variant: gauge}."""
+    return _call("drain_metric_by_variant", _replicas.drain_metric_by_variant, catalog, engine, model)
+
+
 def hook_argv(argv, instance, url, host=""):
     """A router hook's argv for one instance, its placeholders replaced."""
     return _call("hook_argv", _replicas.hook_argv, argv, instance, url, host)
@@ -76,4 +81,5 @@ class FilterModule(object):
         return {"instances_plan": instances_plan, "instance_fit": instance_fit,
                 "instance_engine_args": instance_engine_args, "server_spec": server_spec,
                 "replica_switch_plan": replica_switch_plan, "drain_metric": drain_metric,
-                "serving_drain_metric": serving_drain_metric, "hook_argv": hook_argv}
+                "serving_drain_metric": serving_drain_metric, "drain_metric_by_variant": drain_metric_by_variant,
+                "hook_argv": hook_argv}

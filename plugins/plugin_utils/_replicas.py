@@ -387,11 +387,15 @@ def router_type(router):
     return "none" if kind == COMMAND else kind
 
 
-def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None):
+def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None,
+                  drain_metric_by_variant=None):
     """inference_server's router option for one instance's switch (issue 34: out of the router, drained, switched
-    and back in, one unit under the instance lock that the host finishes): serving_router's url, type and key, the
-    instance's worker URL, keep_healthy, the drain gauge of what it serves now and serving_drain_timeout. {} for no
-    router, and for a command router, whose hooks the role runs around the switch (replica_out.yml, replica_in.yml)."""
+    and back in, one unit under the instance lock that the host finishes) or stop (out and drained, then stopped):
+    serving_router's url, type and key, the instance's worker URL, keep_healthy, the drain gauge of what it serves
+    now and serving_drain_timeout. drain_metric_by_variant, the gauge per variant (drain_metric_by_variant()), is
+    for a call that does not know what serves: the module drains on the gauge of the variant its state file records.
+    {} for no router, and for a command router, whose hooks the role runs around the switch (replica_out.yml,
+    replica_in.yml)."""
     if not isinstance(router, Mapping) or not router:
         return {}
     kind = router.get("type") or DEFAULT_ROUTER
@@ -406,6 +410,8 @@ def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeo
         option["drain_metric"] = drain_metric
     if drain_timeout not in (None, ""):
         option["drain_timeout"] = float(drain_timeout)
+    if drain_metric_by_variant:
+        option["drain_metric_by_variant"] = dict(drain_metric_by_variant)
     return option
 
 
@@ -821,6 +827,23 @@ def serving_drain_metric(serving, catalog, engine=None, model=None):
     except _variants.VariantError as exc:
         raise PlanError(str(exc))
     return drain_metric(spec)
+
+
+def drain_metric_by_variant(catalog, engine=None, model=None):
+    """The drain gauge of every variant of the catalog that has one, {variant: gauge} (drain_metric() of each
+    resolved variant): what a stop, which does not know what serves until the host reads its state file, drains
+    on."""
+    if not isinstance(catalog, Mapping):
+        return {}
+    gauges = {}
+    for name in sorted(catalog):
+        try:
+            gauge = drain_metric(_variants.resolve(catalog, name, engine=engine, model=model))
+        except _variants.VariantError as exc:
+            raise PlanError(str(exc))
+        if gauge:
+            gauges[name] = gauge
+    return gauges
 
 
 def hook_argv(argv, instance, url, host=""):

@@ -268,9 +268,27 @@ def port_free(port):
 
 
 def test_stop_takes_each_replica_out_of_the_router_then_stops_it(router, replicas):
+    """Each replica's stop is one module call under its lock (issue 34 item 4): out of the router, drained on the
+    gauge of the variant its state file records (the catalog's, per variant, in the router option), then stopped.
+    A stream in flight on r0 runs to its end before r0's engine stops."""
+    import threading
     host = started_behind(router, replicas)
+    streamed = []
+    # one stream straight to r0 of 5000 tokens at 2 ms each (about 10 s): r0's drain waits for it
+    slow = threading.Thread(target=lambda: streamed.append(long_request(host.ports["r0"], 5000)))
+    slow.start()
+    time.sleep(0.5)
     run = host.play(None, playbook=STOP)
+    slow.join(timeout=120)
     assert run.rc == 0, run.stdout[-4000:]
+    assert streamed and streamed[0][0] == 200, "the request in flight on r0 ran to its end, then r0 stopped"
+    assert not [r for r in run.results("router_worker") if r["status"] != "skipped"], "no router call from the controller"
+    stops = dict((r["result"]["current"]["url"], r["result"]) for r in run.results("inference_server")
+                 if r["result"].get("outcome") == "stopped")
+    assert sorted(stops) == host.urls() and all(s["listed"] is False and s["changed"] for s in stops.values())
+    r0 = stops["http://127.0.0.1:%d" % host.ports["r0"]]["router_steps"]
+    assert len(r0) == 1 and r0[0]["step"] == "leave" and r0[0]["drain"].startswith("sglang:num_running_reqs"), r0
+    assert r0[0]["drained_s"] > 1.0, "r0's drain waited for its stream"
     assert listed(router.url) == {}
     assert engine_pids(host) == []
     assert all(port_free(port) for port in host.ports.values())

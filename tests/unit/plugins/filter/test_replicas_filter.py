@@ -28,14 +28,15 @@ CATALOG = {"base": {"engine_args": {"tp_size": 2, "mem_fraction_static": 0.8}},
 
 def test_the_module_registers_exactly_its_filters_each_with_its_documentation():
     filters = replicas_filter.FilterModule().filters()
-    assert sorted(filters) == ["drain_metric", "hook_argv", "instance_engine_args", "instance_fit", "instances_plan",
-                               "replica_switch_plan", "server_spec", "serving_drain_metric"]
+    assert sorted(filters) == ["drain_metric", "drain_metric_by_variant", "hook_argv", "instance_engine_args",
+                               "instance_fit", "instances_plan", "replica_switch_plan", "server_spec",
+                               "serving_drain_metric"]
     assert all(filters[name] is getattr(replicas_filter, name) for name in filters)
     assert [name for name in filters if not os.path.isfile(os.path.join(HERE, "%s.yml" % name))] == []
 
 
 @pytest.mark.parametrize("name", ["instances_plan", "instance_fit", "instance_engine_args", "server_spec",
-                                  "serving_drain_metric"])
+                                  "serving_drain_metric", "drain_metric_by_variant"])
 def test_each_documentation_names_the_signature(name):
     with open(os.path.join(HERE, "%s.yml" % name)) as handle:
         doc = yaml.safe_load(handle)["DOCUMENTATION"]
@@ -92,6 +93,20 @@ def test_the_defaults_are_one_implicit_instance_switched_alone():
     plan = replicas_filter.instances_plan(None, "qwen")
     assert plan["replicated"] is False and plan["batches"] == [[None]]
     assert plan["instances"][0]["port"] == 8000 and plan["max_unavailable"] == 1 and plan["min_available"] == 1
+
+
+def test_drain_metric_by_variant_gives_every_variant_s_gauge_and_leaves_out_those_without():
+    catalog = dict(CATALOG, own={"extends": "base", "drain_metric": "my:gauge"}, other={"engine": "vllm"},
+                   tiny={"engine": "transformers"})
+    gauges = replicas_filter.drain_metric_by_variant(catalog, "sglang", "m")
+    assert gauges["own"] == "my:gauge" and gauges["other"] == "vllm:num_requests_running"
+    assert gauges["wide"] == "sglang:num_running_reqs" and "tiny" not in gauges
+    assert set(gauges) == set(catalog) - {"tiny"}
+    assert replicas_filter.drain_metric_by_variant(catalog, "transformers", "m") == {
+        "own": "my:gauge", "other": "vllm:num_requests_running"}
+    assert replicas_filter.drain_metric_by_variant(None) == {}
+    with pytest.raises(AnsibleFilterError, match="^drain_metric_by_variant: "):
+        replicas_filter.drain_metric_by_variant({"loop": {"extends": "loop"}}, "sglang", "m")
 
 
 def test_serving_drain_metric_reads_the_variant_that_serves_now_from_the_catalog():

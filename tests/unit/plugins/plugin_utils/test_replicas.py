@@ -924,3 +924,8 @@ def test_switch_router_is_inference_server_s_router_option_and_none_for_command_
         "type": "sglang", "url": ["http://a:1", "http://b:1"], "worker_url": "http://w:2", "keep_healthy": 0}
     assert rp.switch_router({"type": "command", "remove": ["x"], "add": ["y"]}, "http://w:2") == {}
     assert rp.switch_router({}, "http://w:2") == {} and rp.switch_router(None, "http://w:2") == {}
+    # a stop's: the gauge per variant, for the host to pick by what its state file records
+    gauges = {"a": "sglang:num_running_reqs", "b": "vllm:num_requests_running"}
+    assert rp.switch_router({"url": "http://a:1"}, "http://w:2", 0, "", 30, gauges) == {
+        "type": "sglang", "url": ["http://a:1"], "worker_url": "http://w:2", "keep_healthy": 0, "drain_timeout": 30.0,
+        "drain_metric_by_variant": gauges}
