@@ -197,10 +197,17 @@ def url_problems(p):
     if p.get("drain_timeout") is None or not p["drain_timeout"] >= 0:
         problems.append("drain_timeout must be 0 or more seconds, got %s" % p.get("drain_timeout"))
     metric = p.get("drain_metric")
-    if metric and not _METRIC_NAME.match(metric):
-        problems.append("drain_metric must be a Prometheus metric name such as %s, got %r"
-                        % (" or ".join(sorted(DRAIN_METRICS.values())), metric))
+    if metric:
+        problems.extend(metric_problems("drain_metric", metric))
     return problems
+
+
+def metric_problems(what, metric):
+    """[] for a Prometheus metric name, else the one problem, naming `what` holds it."""
+    if isinstance(metric, str) and _METRIC_NAME.match(metric):
+        return []
+    return ["%s must be a Prometheus metric name such as %s, got %r" % (what, " or ".join(sorted(DRAIN_METRICS.values())),
+                                                                         metric)]
 
 
 # ---------------------------------------------------------------------------- the router
@@ -891,6 +898,15 @@ ROUTER_OPTION_SPEC = dict(
 )
 
 
+def step_entry(step, result, listed):
+    """One router step as inference_server reports it (a switch's journal, a stop's result): its name, whether
+    the worker is listed after it, and how a drain ended (the keys of converge()'s result that say so)."""
+    entry = {"step": step, "listed": listed}
+    entry.update((key, result[key]) for key in ("changed", "drain", "drained_s", "drain_value", "engine_ended",
+                                                "waited_s") if result.get(key) is not None)
+    return entry
+
+
 class Membership(object):
     """An instance's place in its router(s), as inference_server's switch changes it: leave() (the removal with
     keep_healthy and its re-check, then the drain, which an engine that ends cuts short) and join() (the add,
@@ -926,9 +942,7 @@ class Membership(object):
     def problems(self):
         found = url_problems(self.params)
         for variant, gauge in sorted((self.option.get("drain_metric_by_variant") or {}).items()):
-            if not isinstance(gauge, str) or not _METRIC_NAME.match(gauge):
-                found.append("drain_metric_by_variant: variant %s's gauge must be a Prometheus metric name such as %s, "
-                             "got %r" % (variant, " or ".join(sorted(DRAIN_METRICS.values())), gauge))
+            found.extend(metric_problems("drain_metric_by_variant: variant %s's gauge" % variant, gauge))
         return ["router: %s" % problem for problem in found]
 
     def leave(self, on_removed=None):

@@ -351,10 +351,7 @@ def _leave_before_stop(ctx, record):
         raise _switch.nothing_stopped("%s could not be taken out of its router: %s" % (name, msg),
                                       **dict(result, listed=listed))
     result["listed"] = left.get("listed") if router.params["router_type"] != "none" else None
-    step = {"step": "leave", "listed": result["listed"]}  # as a switch's journal keeps its router steps
-    step.update((key, left[key]) for key in ("changed", "drain", "drained_s", "drain_value", "engine_ended", "waited_s")
-                if left.get(key) is not None)
-    result["router_steps"] = [step]
+    result["router_steps"] = [_router.step_entry("leave", left, result["listed"])]
     return bool(left.get("changed"))
 
 

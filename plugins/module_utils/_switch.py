@@ -443,10 +443,8 @@ class Switch(object):
 
     def _step(self, step, result, error=None):
         """One router step in the journal: whether the worker is listed after it, and how a drain ended."""
-        entry = {"step": step, "at": round(time.time() - self.data["started_at"], 3), "listed": result.get("listed")}
-        for key in ("changed", "drain", "drained_s", "drain_value", "engine_ended", "waited_s"):
-            if result.get(key) is not None:
-                entry[key] = result[key]
+        entry = _router.step_entry(step, result, result.get("listed"))
+        entry["at"] = round(time.time() - self.data["started_at"], 3)
         if error:
             entry["error"] = error
         self.data["router_steps"].append(entry)
