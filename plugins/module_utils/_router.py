@@ -206,8 +206,8 @@ def metric_problems(what, metric):
     """[] for a Prometheus metric name, else the one problem, naming `what` holds it."""
     if isinstance(metric, str) and _METRIC_NAME.match(metric):
         return []
-    return ["%s must be a Prometheus metric name such as %s, got %r" % (what, " or ".join(sorted(DRAIN_METRICS.values())),
-                                                                         metric)]
+    examples = " or ".join(sorted(DRAIN_METRICS.values()))
+    return ["%s must be a Prometheus metric name such as %s, got %r" % (what, examples, metric)]
 
 
 # ---------------------------------------------------------------------------- the router

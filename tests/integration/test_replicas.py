@@ -748,8 +748,10 @@ def test_a_second_run_during_a_drain_is_refused_naming_the_holder_and_no_request
     host = two_behind(router, replicas)
     streamed = []
     host.write(serving_drain_timeout=60)
-    # one stream straight to r0 of 12000 tokens at 2 ms each: the drain waits about 24 s for it
-    slow = threading.Thread(target=lambda: streamed.append(long_request(host.ports["r0"], 12000)))
+    # one stream straight to r0 of 24000 tokens at 2 ms each (about 48 s, within the 60 s drain timeout): the drain
+    # still waits for it when the second run comes, however long a loaded machine takes the first run to reach it
+    # (24 s of stream was spent before the second run's plan once, beside the four-replica roll)
+    slow = threading.Thread(target=lambda: streamed.append(long_request(host.ports["r0"], 24000)))
     with Load(router.url) as load:
         slow.start()
         time.sleep(0.5)
