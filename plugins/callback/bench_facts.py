@@ -137,7 +137,7 @@ import os
 from ansible import __version__ as ANSIBLE_VERSION
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _results_collect, _results_dir, _results_regressions, _results_run
+from ansible_collections.inferops.serving.plugins.plugin_utils import _results_collect, _results_dir
 
 # the exit status of a run whose only problem is a regression (ansible's generic error)
 REGRESSION_EXIT = 1
@@ -198,6 +198,10 @@ class CallbackModule(CallbackBase):
         compare = self._comparison(stats)
         if self.collector.is_empty() and not compare:
             return
+        # imported here, not at the top: this callback loads with every playbook, and the report's code (the
+        # compare's statistics and the resolved-config diff, which reads module_utils._resolved) costs about
+        # 0.1 s to import, paid only by a run that has results to record
+        from ansible_collections.inferops.serving.plugins.plugin_utils import _results_regressions, _results_run
         try:
             threshold = float(self.get_option("regression_threshold"))
             results_dir = self._results_dir()

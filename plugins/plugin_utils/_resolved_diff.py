@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.inferops.serving.plugins.module_utils import _resolved
 from ansible_collections.inferops.serving.plugins.plugin_utils._results_common import md_escape
 
 ABSENT = "(not reported)"
@@ -111,6 +110,9 @@ def diff(a, b):
     for variant in (a, b):
         asked.append(dict((asked_name(k, engine, reported), v) for k, v in (variant.get("engine_args") or {}).items()))
     asked_names = set(asked[0]) | set(asked[1])
+    # imported here: module_utils._resolved pulls in the engines' and the preflight's code (about 50 ms), and this
+    # file is loaded by every report of the bench_facts callback, which needs it only for a diff
+    from ansible_collections.inferops.serving.plugins.module_utils import _resolved
     per_launch = set(_resolved.PER_LAUNCH)
     for setting in sorted(reported | asked_names):
         values = [s.get(setting, ABSENT) for s in settings]
