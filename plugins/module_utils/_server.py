@@ -293,12 +293,15 @@ def _stop(ctx):
     elif params.get("engine") and params.get("model"):
         launch = _engines.adapter(params["engine"]).build(params)
         result.update(argv=launch.public_argv, fingerprint=launch.fingerprint)
-    # out of its router and drained first, under the lock: a change of its own when it was listed
-    left = _leave_before_stop(ctx, record) if params.get("router") else False
     if changed and not ctx.check_mode:
         problem = _preflight.dir_problem("state_dir", params["state_dir"], create=True)
         if problem:  # the state file must be able to say that nothing runs any more
             raise _switch.nothing_stopped(problem)
+    if params.get("router") and not ctx.check_mode:  # out of its router, drained, stopped: the host finishes it
+        return _stop_detached(ctx, record, running, changed, diff)
+    # a plan reads what its router lists of it: a change of its own when it is listed
+    left = _plan_leave(ctx) if params.get("router") else False
+    if changed and not ctx.check_mode:
         result["stopped_pids"], ended = _switch.stop_server(sup, record, params)
         if ended:  # how the stop ended it, or, when it had ended by itself, how
             result["stopped_exit" if running else "exit"] = ended
@@ -324,35 +327,50 @@ def _stop(ctx):
     return changed or left, result, diff
 
 
-def _leave_before_stop(ctx, record):
-    """A stop with a router: the instance out of its router (keep_healthy and its re-check as in a switch), then
-    drained on the gauge of the variant its state file records, before anything is stopped. True when its router
-    listed it (in check mode, only read: it would be taken out). A router that cannot be read or refuses, or a drain
-    that does not end, refuses the stop (nothing_stopped), the instance put back when it had left."""
-    name, result = ctx.params["name"], ctx.result
-    variant = (record or {}).get("variant")
-    if ctx.check_mode:
-        dummy, reading = _read_listing(ctx, "would stop")
-        listed = bool(reading and reading["listed"])
-        result["listed"] = listed if reading is not None else None
-        return listed
-    router = membership(ctx, serving=variant)
-    removed = []
-    try:
-        left = router.leave(on_removed=lambda: removed.append(True))
-    except _router.RouterError as exc:
-        msg, listed = exc.msg, exc.result.get("listed")
-        if removed:  # out, but the drain did not end: back in, as a switch puts it back
-            try:
-                listed = bool(router.join().get("listed"))
-                msg += "; it was put back into its router"
-            except _router.RouterError as again:
-                listed, msg = False, "%s; putting it back failed too: %s" % (msg, again.msg)
-        raise _switch.nothing_stopped("%s could not be taken out of its router: %s" % (name, msg),
-                                      **dict(result, listed=listed))
-    result["listed"] = left.get("listed") if router.params["router_type"] != "none" else None
-    result["router_steps"] = [_router.step_entry("leave", left, result["listed"])]
-    return bool(left.get("changed"))
+def _plan_leave(ctx):
+    """A stop's plan behind a router: what the router lists of the instance, read (it would be taken out). True when
+    listed."""
+    dummy, reading = _read_listing(ctx, "would stop")
+    ctx.result["listed"] = bool(reading and reading["listed"]) if reading is not None else None
+    return bool(ctx.result["listed"])
+
+
+def _stop_detached(ctx, record, running, changed, diff):
+    """A stop with a router, handed with the lock to a detached process (_switch.Stop) and waited for: out of its
+    router (keep_healthy and its re-check as in a switch), drained on the gauge of the variant its state file records,
+    then stopped and its GPUs checked. A controller that dies meanwhile leaves the host to finish it. A router that
+    cannot be read or refuses, or a drain that does not end, stops nothing (nothing_stopped), the instance put back
+    when it had left."""
+    params, result = ctx.params, ctx.result
+    router = membership(ctx, serving=(record or {}).get("variant"))
+    stop = _switch.Stop(ctx.sup, params, record, running=running, stopping=changed, verify_gpus=ctx.host.verify,
+                        router=router)
+    pid = _switch.detach(stop, ctx.lock)
+    data = _switch.await_switch(stop.data["id"], params["state_dir"], params["name"], pid=pid)
+    steps = data.get("router_steps") or []
+    result["listed"] = data.get("listed") if router.params["router_type"] != "none" else None
+    if steps:
+        result["router_steps"] = steps
+    for key in ("stopped_pids", "stopped_exit", "exit", "gpu_check"):
+        if data.get(key) is not None:
+            result[key] = data[key]
+    outcome = data.get("outcome")
+    if outcome == _switch.NOTHING_STOPPED:
+        why = data.get("failure") or data.get("msg")
+        back = [step for step in steps[1:] if step["step"] == "join"]
+        if back and back[-1].get("error"):
+            why = "%s; putting it back failed too: %s" % (why, back[-1]["error"])
+        elif back:
+            why += "; it was put back into its router"
+        raise _switch.nothing_stopped("%s could not be taken out of its router: %s" % (params["name"], why),
+                                      **dict(result))
+    if outcome not in (_switch.STOPPED, _switch.UNCHANGED):  # failed while stopping, or the process died
+        raise ServerError(data.get("msg") or "stop %s ended: %s" % (data.get("id"), outcome), **result)
+    result["outcome"] = outcome
+    if data.get("failure"):  # stopped, but its GPUs are not clean
+        raise ServerError(data["failure"], **result)
+    left = bool(steps and steps[0]["step"] == "leave" and steps[0].get("changed"))
+    return changed or left, result, diff
 
 
 def _restore_target(ctx, record, running):

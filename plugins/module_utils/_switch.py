@@ -27,6 +27,7 @@ from ansible_collections.inferops.serving.plugins.module_utils import (
 # The one word every outcome of the module is, and the phrase each failure ends with.
 READY, UNCHANGED, RELABELLED, LOADING, STOPPED = "ready", "unchanged", "relabelled", "loading", "stopped"
 NOTHING_STOPPED, ROLLED_BACK, RESTORE_FAILED = "nothing_stopped", "rolled_back", "restore_failed"
+FAILED = "failed"  # a Stop whose stop raised: the journal's end, never a result's outcome
 FAILURES = (NOTHING_STOPPED, ROLLED_BACK, RESTORE_FAILED)
 
 # after /health is 200, generations failing with a 5xx other than 503 this long (and this often) mean a
@@ -221,7 +222,7 @@ class Switch(object):
         self.data = {
             "id": uuid.uuid4().hex[:16], "name": params["name"], "what": what, "pid": os.getpid(),
             "started_at": time.time(), "phase": "preparing", "phases": [], "outcome": None,
-            "target": {"variant": params.get("variant"), "fingerprint": launch.fingerprint,
+            "target": {"variant": params.get("variant"), "fingerprint": launch.fingerprint if launch is not None else None,
                        "secrets_salt": salt, "secrets_digest": _fingerprint.secrets_digest(salt, secrets_of(params))},
             "previous": {"variant": previous.get("variant"), "fingerprint": previous.get("fingerprint")} if previous else None,
         }
@@ -506,6 +507,54 @@ class Switch(object):
         self.sup.store.clear()
         self.launches.clear()
         self.finish(outcome, "%s | %s" % (failure, outcome_msg), failure=failure, outcome_msg=outcome_msg, **fields)
+
+
+class Stop(Switch):
+    """state=stopped behind a router, carried out by the host as a switch is (detach(), the instance lock handed
+    over), so that a controller that dies during the drain leaves the host to finish it: out of the router and
+    drained (Switch._leave: a router that refuses or a drain that does not end stops nothing, the instance put back
+    when it had left), then stopped (when anything runs: stopping) and its GPUs checked. Outcomes: stopped,
+    unchanged (nothing ran), nothing_stopped; an error while stopping ends as failed, its message the error's."""
+
+    def __init__(self, sup, params, old, *, running, stopping, verify_gpus, router):
+        Switch.__init__(self, sup, params, None, old=old, stop_old=True, start_new=False, verify_gpus=verify_gpus,
+                        what="stop", router=router)
+        self.running = running
+        self.stopping = stopping
+
+    def run(self):
+        self.data["pid"] = os.getpid()
+        data, params = self.data, self.params
+        if not self._leave():
+            return data
+        try:
+            if self.stopping:
+                self.phase("stopping")
+                data["stopped_pids"], ended = stop_server(self.sup, self.old, params)
+                if ended:  # how the stop ended it, or, when it had ended by itself, how
+                    data["stopped_exit" if self.running else "exit"] = ended
+                if self.sup.kind == "systemd":
+                    self.sup.remove()
+                self.sup.store.clear()
+                self.launches.clear()
+            outcome = STOPPED if self.stopping else UNCHANGED
+            if params.get("gpu_check"):
+                self.phase("checking_gpus")
+                try:
+                    data["gpu_check"] = self._check_gpus("after stopping %s" % params["name"])
+                except ServerError as exc:
+                    data["gpu_check"] = exc.extra.get("gpu_check")
+                    self.finish(outcome, str(exc), failure=str(exc))
+                    return data
+            self.finish(outcome, "%s was taken out of its router, drained%s" % (
+                params["name"], " and stopped" if self.stopping else ": nothing ran"))
+        except BaseException as exc:  # pylint: disable=broad-except  # SystemExit too: the journal says how it ended
+            failure = str(exc) or type(exc).__name__
+            if not isinstance(exc, (ServerError, _supervisor.SupervisorError)):
+                data["error"] = traceback.format_exc()[-4000:]
+                failure = "%s: %s" % (type(exc).__name__, failure)
+            self.finish(FAILED, failure, failure=failure)
+        return data
 
 
 # ---------------------------------------------------------------------------------------------------

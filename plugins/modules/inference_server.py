@@ -431,9 +431,11 @@ options:
         waits O(lock_timeout) for the lock, then fails naming the holder and its phase.
       - A server kept as it is (it serves this configuration) that its router does not list is added back.
       - With O(state=stopped), the instance leaves its router and is drained, on the gauge that
-        O(router.drain_metric_by_variant) gives the variant its state file records, then it is stopped, all under the
-        lock (O(router.keep_healthy) applies). A router that cannot be read or refuses, or a drain that times out,
-        stops nothing, the instance put back in.
+        O(router.drain_metric_by_variant) gives the variant its state file records, then it is stopped and its GPUs
+        checked, all under the lock (O(router.keep_healthy) applies), and carried out by the host as a switch is (its
+        journal's phases C(leaving_router), C(draining), C(stopping), C(checking_gpus)), so a controller that dies
+        during the drain leaves the host to finish the stop. A router that cannot be read or refuses, or a drain that times
+        out, stops nothing, the instance put back in.
       - In check mode (a plan), the router is read whatever the plan finds (RV(membership)), and a router that cannot
         be read fails the plan (C(nothing_stopped)), before anything changes.
       - With O(state=checked), an instance that serves is looked up in its router's listing too (RV(membership));

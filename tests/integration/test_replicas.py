@@ -678,16 +678,44 @@ def journal(host, name):
         return {}
 
 
-def start_play(host, ansible_env, tmp_path, variant, **extra):
-    """ansible-playbook switch_variant.yml in the background (its own process group, to kill it as a controller
-    dies: all of it at once); (process, its output file)."""
+def start_play(host, ansible_env, tmp_path, variant, playbook=PLAY, **extra):
+    """ansible-playbook switch_variant.yml (or playbook) in the background (its own process group, to kill it as a
+    controller dies: all of it at once); (process, its output file)."""
     out = tmp_path / ("controller-%d.log" % time.monotonic_ns())
-    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(host.inventory), PLAY,
-            "-e", json.dumps(dict({"variant": variant}, **extra))]
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(host.inventory), playbook,
+            "-e", json.dumps(dict({"variant": variant} if variant else {}, **extra))]
     with open(out, "wb") as handle:
         proc = subprocess.Popen(argv, cwd=ROOT, env=ansible_env, stdout=handle, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     return proc, out
+
+
+def kill_controller(proc):
+    """SIGKILL ansible-playbook and every process under it, its workers and the module processes they run included:
+    Ansible's workers start their own sessions (os.setsid), so a kill of the controller's group alone leaves them
+    running, where an SSH controller's death ends the module on the host. A process that detached from them (a
+    switch's double fork: its parent is init) is not under it and goes on."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % entry) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry))
+    doomed, todo = [], [proc.pid]
+    while todo:
+        pid = todo.pop()
+        doomed.append(pid)
+        todo.extend(parents.get(pid, []))
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait(timeout=10)
+    return doomed
 
 
 def wait_for(what, timeout, poll=0.05):
@@ -729,6 +757,48 @@ def test_a_controller_killed_right_after_the_instance_left_its_router_ends_with_
     assert record["variant"] == ("v2" if data["outcome"] == "ready" else "v1")
     assert record["pid"] != before["r0"] and os.path.exists("/proc/%d" % record["pid"])
     assert host.pids()["r1"] == before["r1"]
+    assert load.failed == 0, load.errors[:5]
+
+
+@pytest.mark.timeout(600)
+def test_a_controller_killed_during_a_stops_drain_leaves_the_host_to_finish_the_stop(
+        router, replicas, ansible_env, tmp_path):
+    """A stop behind a router is one unit the host carries out (issue 34 item 2), as a switch is: the controller
+    killed while r0 drains a stream, the host still ends r0 drained, out of its router and stopped, with no re-run."""
+    import threading
+    host = two_behind(router, replicas)
+    before = host.pids()
+    r0 = "http://127.0.0.1:%d" % host.ports["r0"]
+    streamed = []
+    # one stream straight to r0 of 4000 tokens at 2 ms each (about 8 s): r0's drain waits for it
+    slow = threading.Thread(target=lambda: streamed.append(long_request(host.ports["r0"], 4000)))
+    with Load(router.url) as load:
+        slow.start()
+        time.sleep(0.5)
+        proc, out = start_play(host, ansible_env, tmp_path, None, playbook=STOP, instances="r0")
+        # r0 out of its router while its stream still runs: its drain is under way
+        draining = wait_for(lambda: r0 not in listed(router.url) and not streamed, 120)
+        killed = kill_controller(proc)  # the controller dies: ansible-playbook, its workers and its module processes
+        assert draining, "r0 left its router during its stream: %s" % out.read_text()[-3000:]
+        killed_in = journal(host, "r0").get("phase")
+        done = wait_for(lambda: journal(host, "r0").get("what") == "stop" and journal(host, "r0").get("outcome"), 60,
+                        poll=0.2)
+        slow.join(timeout=120)
+        time.sleep(1)
+    data = journal(host, "r0")
+    engine = "runs" if os.path.exists("/proc/%d" % before["r0"]) else "is gone"
+    print("controller killed while r0's stop drained (phase %s); the host ended %s, listed %s; r0's engine %s; "
+          "requests sent %d, failed %d; %d processes killed"
+          % (killed_in, done, data.get("listed"), engine, load.sent, load.failed, len(killed)))
+    assert data.get("what") == "stop" and data["outcome"] == "stopped", data
+    assert [p for p, _t in data["phases"]] == ["leaving_router", "draining", "stopping", "checking_gpus", "done"], data
+    assert data["router_steps"][0]["drained_s"] > 1.0, "the drain waited for r0's stream"
+    assert streamed and streamed[0][0] == 200, "the request in flight on r0 ran to its end, then r0 stopped"
+    assert listed(router.url) == {"http://127.0.0.1:%d" % host.ports["r1"]: True}, "r0 is out, r1 stays listed"
+    assert before["r0"] not in [pid for pid in engine_pids(host)] and not os.path.exists("/proc/%d" % before["r0"])
+    assert port_free(host.ports["r0"]) and not (host.record("r0") or {}).get("pid")
+    assert host.pids()["r1"] == before["r1"] and os.path.exists("/proc/%d" % before["r1"])
+    assert r0 not in listed(router.url)
     assert load.failed == 0, load.errors[:5]
 
 

@@ -381,3 +381,59 @@ def test_the_lock_note_says_each_phase(tmp_path, ready_probe):
     assert notes[:2] == ["switch to v2, now leaving router", "switch to v2, now draining (at most 60s)"]
     assert notes[-1] == "switch to v2, now joining router"
     assert _lock.describe({"pid": 7, "what": notes[1]}) == "pid 7 (switch to v2, now draining (at most 60s))"
+
+
+# -- a stop behind a router (issue 34 item 2): the same unit, detached, that ends with the instance stopped ------
+
+def _stopping(tmp_path, sup, router, check=None, running=True):
+    """_switch.Stop of server sv (old-engine, pid 50, recorded) behind the router; its journal."""
+    params = dict(_params(str(tmp_path), "old-engine", None), gpu_check={"timeout": 1} if check else None)
+    old = {"pid": 50, "variant": "old", "fingerprint": "sha256:old", "url": "http://127.0.0.1:1"}
+    sup.store.save(dict(old))
+    if running:
+        sup.running[50] = "old-engine"
+    return _switch.Stop(sup, params, old, running=running, stopping=True, router=router,
+                        verify_gpus=check or (lambda c, mode, owner=None: pytest.fail("no gpu_check given"))).run()
+
+
+def test_a_routed_stop_leaves_drains_stops_and_checks_the_gpus_in_that_order(tmp_path):
+    sup = FakeSup(str(tmp_path))
+    checked = []
+    data = _stopping(tmp_path, sup, FakeRouter(sup), check=lambda c, mode, owner=None: checked.append(owner) or {"clean": True})
+    assert data["outcome"] == "stopped" and data["listed"] is False and data["stopped_pids"] == [50]
+    assert [p for p, _t in data["phases"]] == ["leaving_router", "draining", "stopping", "checking_gpus", "done"]
+    assert sup.events == [("leave", True), ("stop", "old-engine")] and checked == ["m@x"]
+    assert sup.store.load() is None, "the state file says nothing runs"
+    assert data["gpu_check"] == {"clean": True} and data["what"] == "stop" and data["target"]["fingerprint"] is None
+    assert "router-k3y-0001" not in (tmp_path / "sv.switch.json").read_text()
+
+
+def test_a_routed_stop_whose_drain_does_not_end_stops_nothing_and_puts_the_instance_back(tmp_path):
+    sup = FakeSup(str(tmp_path))
+    router = FakeRouter(sup, fail_drain="sglang:num_running_reqs still read 2 on http://127.0.0.1:1/metrics 60s after")
+    data = _stopping(tmp_path, sup, router)
+    assert data["outcome"] == "nothing_stopped" and "still read 2" in data["failure"] and data["listed"] is True
+    assert sup.events == [("leave", True), ("join", 50)] and sup.running == {50: "old-engine"}
+    assert sup.store.load()["pid"] == 50, "what serves is still recorded"
+    assert [(s["step"], s["listed"]) for s in data["router_steps"]] == [("leave", False), ("join", True)]
+
+
+def test_a_routed_stop_that_leaves_unclean_gpus_is_stopped_and_says_so(tmp_path):
+    sup = FakeSup(str(tmp_path))
+
+    def check(c, mode, owner=None):
+        raise _idle_check.CheckFailed("GPU 3 held by pid 9", {"clean": False})
+    data = _stopping(tmp_path, sup, FakeRouter(sup), check=check)
+    assert data["outcome"] == "stopped" and data["failure"] == "GPUs not clean after stopping sv: GPU 3 held by pid 9"
+    assert data["gpu_check"] == {"clean": False} and sup.running == {} and sup.store.load() is None
+
+
+def test_a_routed_stop_that_fails_while_stopping_ends_in_its_journal(tmp_path):
+    sup = FakeSup(str(tmp_path))
+
+    def stop(record, timeout, grace=None):
+        raise _supervisor.SupervisorError("pid 50 did not end within 1.0 s of SIGKILL")
+    sup.stop = stop
+    data = _stopping(tmp_path, sup, FakeRouter(sup))
+    assert data["outcome"] == "failed" and data["msg"] == "pid 50 did not end within 1.0 s of SIGKILL"
+    assert json.loads((tmp_path / "sv.switch.json").read_text())["outcome"] == "failed"

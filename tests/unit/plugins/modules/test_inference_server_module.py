@@ -153,22 +153,24 @@ def stop(capsys, tmp_path, check=False, **args):
 
 
 def test_a_stop_behind_a_router_takes_the_instance_out_and_drains_it_in_the_same_call(capsys, tmp_path, monkeypatch):
-    """stop with the router option (issue 34 item 4): out of the router and drained under the lock, then stopped,
-    one module call; a change of its own when the router listed it."""
-    calls = []
-
+    """stop with the router option (issue 34 items 2 and 4): out of the router and drained under the lock, then
+    stopped, one module call whose work a detached process carries out (its journal says each phase); a change of its
+    own when the router listed it."""
     def leave(self, on_removed=None):
-        calls.append(("leave", self.params["keep_healthy"], self.params["drain_metric"]))
         on_removed()
-        return {"changed": True, "listed": False, "drain": "sglang:num_running_reqs read 0", "drained_s": 0.4}
+        return {"changed": True, "listed": False, "drain": "%s read 0" % self.params["drain_metric"], "drained_s": 0.4,
+                "keep_healthy": self.params["keep_healthy"]}
     monkeypatch.setattr(_router.Membership, "leave", leave)
     rc, out = stop(capsys, tmp_path, router=dict(ROUTER, drain_metric="vllm:num_requests_running"))
     assert rc == 0, out
-    assert calls == [("leave", 0, "vllm:num_requests_running")]  # nothing recorded: the option's own gauge
     assert out["changed"] is True and out["outcome"] == "unchanged", "nothing ran; its router listed it"
     assert out["listed"] is False
-    assert out["router_steps"] == [{"step": "leave", "listed": False, "changed": True,
-                                    "drain": "sglang:num_running_reqs read 0", "drained_s": 0.4}]
+    # nothing recorded: the option's own gauge; in the detached process, which the journal's phases show
+    assert [dict((k, v) for k, v in step.items() if k != "at") for step in out["router_steps"]] == [
+        {"step": "leave", "listed": False, "changed": True, "drain": "vllm:num_requests_running read 0", "drained_s": 0.4}]
+    journal = json.loads((tmp_path / "state" / "t.switch.json").read_text())
+    assert journal["what"] == "stop" and journal["outcome"] == "unchanged" and journal["pid"] != os.getpid()
+    assert [p for p, _t in journal["phases"]] == ["leaving_router", "draining", "done"]
 
 
 def test_a_stop_whose_drain_does_not_end_stops_nothing_and_puts_the_instance_back(capsys, tmp_path, monkeypatch):
@@ -176,11 +178,11 @@ def test_a_stop_whose_drain_does_not_end_stops_nothing_and_puts_the_instance_bac
         on_removed()
         raise _router.RouterError("worker http://127.0.0.1:30000 left router http://127.0.0.1:30080, but it did not "
                                   "drain: sglang:num_running_reqs read 2 after 5.0 s", {"listed": False})
-    joins = []
     monkeypatch.setattr(_router.Membership, "leave", leave)
-    monkeypatch.setattr(_router.Membership, "join", lambda self: joins.append(1) or {"listed": True})
+    monkeypatch.setattr(_router.Membership, "join", lambda self: {"changed": True, "listed": True})
     rc, out = stop(capsys, tmp_path, router=ROUTER)
-    assert rc == 1 and out["outcome"] == "nothing_stopped" and joins == [1] and out["listed"] is True
+    assert rc == 1 and out["outcome"] == "nothing_stopped" and out["listed"] is True
+    assert [(step["step"], step["listed"]) for step in out["router_steps"]] == [("leave", False), ("join", True)]
     assert out["msg"] == ("nothing was stopped: t could not be taken out of its router: worker http://127.0.0.1:30000 "
                           "left router http://127.0.0.1:30080, but it did not drain: sglang:num_running_reqs read 2 "
                           "after 5.0 s; it was put back into its router")
