@@ -362,8 +362,7 @@ def _stop_detached(ctx, record, running, changed, diff):
             why = "%s; putting it back failed too: %s" % (why, back[-1]["error"])
         elif back:
             why += "; it was put back into its router"
-        raise _switch.nothing_stopped("%s could not be taken out of its router: %s" % (params["name"], why),
-                                      **dict(result))
+        raise _switch.nothing_stopped("%s could not be taken out of its router: %s" % (params["name"], why), **result)
     if outcome not in (_switch.STOPPED, _switch.UNCHANGED):  # failed while stopping, or the process died
         raise ServerError(data.get("msg") or "stop %s ended: %s" % (data.get("id"), outcome), **result)
     result["outcome"] = outcome

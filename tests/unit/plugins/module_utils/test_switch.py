@@ -437,3 +437,18 @@ def test_a_routed_stop_that_fails_while_stopping_ends_in_its_journal(tmp_path):
     data = _stopping(tmp_path, sup, FakeRouter(sup))
     assert data["outcome"] == "failed" and data["msg"] == "pid 50 did not end within 1.0 s of SIGKILL"
     assert json.loads((tmp_path / "sv.switch.json").read_text())["outcome"] == "failed"
+
+
+def test_a_routed_stop_says_each_phase_in_the_lock_note(tmp_path):
+    """What a second run refused during a stop's drain quotes (docs/replicas.md)."""
+    sup = FakeSup(str(tmp_path))
+    notes = []
+    params = dict(_params(str(tmp_path), "old-engine", None), gpu_check={"timeout": 1})
+    old = {"pid": 50, "variant": "old", "fingerprint": "sha256:old", "url": "http://127.0.0.1:1"}
+    sup.running[50] = "old-engine"
+    stop = _switch.Stop(sup, params, old, running=True, stopping=True, router=FakeRouter(sup),
+                        verify_gpus=lambda c, mode, owner=None: {"clean": True})
+    stop.lock = types.SimpleNamespace(note=notes.append)
+    assert stop.run()["outcome"] == "stopped"
+    assert notes == ["stop, now leaving router", "stop, now draining (at most 60s)", "stop, now stopping",
+                     "stop, now checking gpus"]
