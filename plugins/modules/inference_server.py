@@ -606,7 +606,9 @@ membership:
       type: str
   sample: {listed: true, healthy: true, router_url: "http://10.0.0.5:30080", worker_url: "http://10.0.0.7:30001"}
 router_steps:
-  description: With O(router), each router step of the switch or the stop (C(leave), then C(join) for a switch, or for a stop whose drain did not end), as its journal keeps them.
+  description:
+    - With O(router), each router step of the switch or the stop, as its journal keeps them (C(leave), then C(join)
+      for a switch, and for a stop whose drain did not end).
   returned: when a switch or a stop with O(router) ran
   type: list
   elements: dict
