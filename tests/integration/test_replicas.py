@@ -795,7 +795,7 @@ def test_a_controller_killed_during_a_stops_drain_leaves_the_host_to_finish_the_
     assert data["router_steps"][0]["drained_s"] > 1.0, "the drain waited for r0's stream"
     assert streamed and streamed[0][0] == 200, "the request in flight on r0 ran to its end, then r0 stopped"
     assert listed(router.url) == {"http://127.0.0.1:%d" % host.ports["r1"]: True}, "r0 is out, r1 stays listed"
-    assert before["r0"] not in [pid for pid in engine_pids(host)] and not os.path.exists("/proc/%d" % before["r0"])
+    assert before["r0"] not in engine_pids(host) and not os.path.exists("/proc/%d" % before["r0"])
     assert port_free(host.ports["r0"]) and not (host.record("r0") or {}).get("pid")
     assert host.pids()["r1"] == before["r1"] and os.path.exists("/proc/%d" % before["r1"])
     assert r0 not in listed(router.url)
