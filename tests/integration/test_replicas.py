@@ -739,8 +739,7 @@ def test_a_controller_killed_right_after_the_instance_left_its_router_ends_with_
         proc, out = start_play(host, ansible_env, tmp_path, "v2", instances="r0")
         left = wait_for(lambda: r0 not in listed(router.url) and journal(host, "r0").get("phase") in (
             "draining", "stopping", "checking_gpus", "starting", "waiting"), 120)
-        os.killpg(proc.pid, signal.SIGKILL)  # the controller dies: ansible-playbook and its module processes
-        proc.wait(timeout=10)
+        kill_controller(proc)  # the controller dies: ansible-playbook, its workers and its module processes
         assert left, "r0 left its router while the run went on: %s" % out.read_text()[-3000:]
         killed_in = journal(host, "r0").get("phase")
         done = wait_for(lambda: journal(host, "r0").get("outcome"), 120, poll=0.2)
