@@ -899,7 +899,7 @@ ROUTER_OPTION_SPEC = dict(
 
 
 def step_entry(step, result, listed):
-    """One router step as inference_server reports it (a switch's journal, a stop's result): its name, whether
+    """One router step as inference_server's journal keeps it (a switch's or a stop's): its name, whether
     the worker is listed after it, and how a drain ended (the keys of converge()'s result that say so)."""
     entry = {"step": step, "listed": listed}
     entry.update((key, result[key]) for key in ("changed", "drain", "drained_s", "drain_value", "engine_ended",

@@ -517,8 +517,7 @@ class Stop(Switch):
     unchanged (nothing ran), nothing_stopped; an error while stopping ends as failed, its message the error's."""
 
     def __init__(self, sup, params, old, *, running, stopping, verify_gpus, router):
-        Switch.__init__(self, sup, params, None, old=old, stop_old=True, start_new=False, verify_gpus=verify_gpus,
-                        what="stop", router=router)
+        Switch.__init__(self, sup, params, None, old=old, verify_gpus=verify_gpus, what="stop", router=router)
         self.running = running
         self.stopping = stopping
 
