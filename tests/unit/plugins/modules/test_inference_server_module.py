@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -168,7 +169,14 @@ def test_a_stop_behind_a_router_takes_the_instance_out_and_drains_it_in_the_same
     # nothing recorded: the option's own gauge; in the detached process, which the journal's phases show
     assert [dict((k, v) for k, v in step.items() if k != "at") for step in out["router_steps"]] == [
         {"step": "leave", "listed": False, "changed": True, "drain": "vllm:num_requests_running read 0", "drained_s": 0.4}]
-    journal = json.loads((tmp_path / "state" / "t.switch.json").read_text())
+    # the detached process writes its own journal (which the module waits on) before NAME.switch.json: read the latter
+    # once it has caught up (the module may return a moment before that second write)
+    deadline = time.monotonic() + 10
+    while True:
+        journal = json.loads((tmp_path / "state" / "t.switch.json").read_text())
+        if journal.get("outcome") or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     assert journal["what"] == "stop" and journal["outcome"] == "unchanged" and journal["pid"] != os.getpid()
     assert [p for p, _t in journal["phases"]] == ["leaving_router", "draining", "done"]
 
