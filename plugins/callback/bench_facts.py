@@ -41,6 +41,9 @@ description:
     callback is forced. Enable it with C(callbacks_enabled = inferops.serving.bench_facts).
   - A results directory that cannot be written gives one warning; the play goes on and its result
     is unchanged.
+  - Before the first play that runs a role of this collection, or that comes from one of its playbooks, it
+    imports the Python code the roles' filters use into the controller's main process. Each task's worker
+    is forked from that process and inherits the code compiled, instead of compiling it again in every task.
 author:
   - inferops.serving maintainers (@inferops)
 requirements:
@@ -137,10 +140,24 @@ import os
 from ansible import __version__ as ANSIBLE_VERSION
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.inferops.serving.plugins.plugin_utils import _results_collect, _results_dir
+from ansible_collections.inferops.serving.plugins.plugin_utils import _lazy, _results_collect, _results_dir
 
 # the exit status of a run whose only problem is a regression (ansible's generic error)
 REGRESSION_EXIT = 1
+COLLECTION = "inferops.serving"
+# this collection's root: plugins/callback/bench_facts.py, two levels up from its folder
+COLLECTION_ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+def runs_collection(play, playbook):
+    """Whether PLAY runs a role of this collection, or PLAYBOOK (a path, or None) is one of its playbooks."""
+    if playbook and os.path.realpath(playbook).startswith(os.path.join(COLLECTION_ROOT, "")):
+        return True
+    try:
+        roles = play.get_roles()
+    except Exception:  # pylint: disable=broad-except  # a play object without roles (tests)
+        return False
+    return any(role.get_name(include_role_fqcn=True).startswith(COLLECTION + ".") for role in roles)
 
 
 class CallbackModule(CallbackBase):
@@ -155,6 +172,7 @@ class CallbackModule(CallbackBase):
         self.playbook = None
         self.outcome = None
         self.extra_ack = None
+        self.warmed = False
 
     def v2_playbook_on_start(self, playbook):
         if self.playbook is None:
@@ -162,6 +180,10 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_play_start(self, play):
         self.collector.add_play(play.get_name())
+        # before the play's first task is forked: its workers inherit what the roles' filters import
+        if not self.warmed and runs_collection(play, self.playbook):
+            _lazy.warm()
+            self.warmed = True
         try:  # -e regression_ack=...: the extra vars the play was started with
             ack = play.get_variable_manager().extra_vars.get("regression_ack")
         except Exception:  # pylint: disable=broad-except  # a play without a variable manager (tests)

@@ -32,3 +32,29 @@ class LazyModule(object):
 
     def __repr__(self):
         return "<%s.%s, %s>" % (PACKAGE, self._name, "imported" if self._module is not None else "not imported yet")
+
+
+# The plugin_utils that the roles' filters (instance, replicas, variants) read in nearly every task of a play of
+# serve_variant, with the module_utils they import (_router, _engines, _http, _metrics, ...).
+ROLE_MODULES = ("_replicas", "_variants")
+
+
+def warm(names=ROLE_MODULES):
+    """Imports NAMES (plugin_utils modules) into this process now; returns the names it imported.
+
+    Ansible's collection loader compiles a collection's Python from source at each import and keeps no bytecode
+    (_AnsibleCollectionPkgLoaderBase.get_code, ansible-core 2.19 lib/ansible/utils/collection_loader/
+    _collection_finder.py), and each task runs in a worker forked from the controller's main process. So every
+    task that uses one of the roles' filters compiled the same modules again: in 6 workers of one idempotent run
+    of switch_variant.yml, 0.14 s of compile() by a log of the loader's get_code, besides executing them. Imported once in the main process, before the play's first task,
+    they are inherited by every worker. A module that fails to import is left to its filter, which reports
+    the error in the task that uses it.
+    """
+    done = []
+    for name in names:
+        try:
+            importlib.import_module("%s.%s" % (PACKAGE, name))
+        except Exception:  # pylint: disable=broad-except  # warming is an optimisation, never an error of its own
+            continue
+        done.append(name)
+    return done
