@@ -35,10 +35,10 @@ def converge_words(result, found=None, wanted="", planning=False):
 
 
 def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None,
-                  drain_metric_by_variant=None):
-    """inference_server's router option for one instance's switch or stop ({} for a command router or none)."""
+                  drain_metric_by_variant=None, hook_instance=None):
+    """inference_server's router option for one instance's switch or stop ({} without a router)."""
     return _call("switch_router", _replicas.switch_router, router, worker, keep_healthy, drain_metric, drain_timeout,
-                 drain_metric_by_variant)
+                 drain_metric_by_variant, hook_instance)
 
 
 def worker_url(instance, router=None, serving_host="", address=""):

@@ -44,6 +44,7 @@ import ipaddress
 import json
 import re
 import socket
+import subprocess
 import time
 import uuid
 
@@ -56,7 +57,11 @@ from ansible_collections.inferops.serving.plugins.module_utils import _http, _me
 # sglang: sglang-router 0.3.2; smg: the Shepherd Model Gateway 1.13.0; vllm: vllm-router 0.1.17; none: no router
 # API (a load balancer that hooks drive): the drain alone; auto: identified from the router's own answers.
 ROUTER_TYPES = ("sglang", "smg", "vllm", "none", "auto")
-ROLE_ROUTER_TYPES = ROUTER_TYPES + ("command",)
+COMMAND = "command"
+ROLE_ROUTER_TYPES = ROUTER_TYPES + (COMMAND,)
+# The router types with no list to read: none (the drain alone) and command (a load balancer that argv hooks drive:
+# inference_server's router option runs its remove and add hooks inside the instance's unit; router_worker has none)
+LISTLESS = ("none", COMMAND)
 # The engines' in-flight gauges (docs: reference engines.md, "Replicas, routers and draining"): SGLang's with
 # --enable-metrics (srt/observability/metrics_collector.py, one series per scheduler rank), vLLM's per engine.
 DRAIN_METRICS = {"sglang": "sglang:num_running_reqs", "vllm": "vllm:num_requests_running"}
@@ -173,7 +178,7 @@ def url_problems(p):
     """Messages for bad URLs and numbers among the module's parameters (empty when all are good)."""
     problems = []
     urls = router_urls(p)
-    if p.get("router_type", "sglang") != "none" and not urls:
+    if p.get("router_type", "sglang") not in LISTLESS and not urls:
         problems.append("router_url is required with router_type %s (the router's base URL, such as "
                         "http://10.0.0.5:30000, or a list of them); router_type none drains without a router"
                         % p.get("router_type"))
@@ -706,6 +711,27 @@ def drained(metrics_url, metric, timeout, request=None, clock=time.monotonic, sl
         sleep(poll)
 
 
+# ---------------------------------------------------------------------------- a command router's hooks
+def run_hook(which, argv, timeout, worker, run=subprocess.run, clock=time.monotonic):
+    """A command router's hook (its ``which``, add or remove, an argv) for ``worker``: run without a shell, its
+    input closed, and waited for up to ``timeout`` seconds. Returns {"hook": which, "hook_s": seconds}; raises
+    RouterError when it cannot run, exits other than 0 or outlives the timeout (then it is killed), with the end of
+    what it printed."""
+    start = clock()
+    what = "the router's %s hook for %s (%s)" % (which, worker, argv[0])
+    try:
+        proc = run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                   timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise RouterError("%s did not end within %gs: it was killed" % (what, timeout))
+    except OSError as exc:
+        raise RouterError("%s could not be run: %s" % (what, exc))
+    if proc.returncode != 0:
+        output = proc.stdout.decode("utf-8", "replace") if isinstance(proc.stdout, bytes) else (proc.stdout or "")
+        raise RouterError("%s exited %d: %s" % (what, proc.returncode, _body_text(output.strip() or "(no output)")))
+    return {"hook": which, "hook_s": round(clock() - start, 3)}
+
+
 # ---------------------------------------------------------------------------- the module's run
 def _diff_view(entries):
     if not entries:
@@ -884,10 +910,13 @@ def converge(p, check_mode=False, request=None, clock=time.monotonic, sleep=time
 # ---------------------------------------------------------------------------- inference_server's router option
 # inference_server's ``router`` option (issue 34): the instance's router, which its switch leaves and joins under
 # the instance lock. The same settings as router_worker's (ARGUMENT_SPEC), named as the role's serving_router names
-# them; ``type`` takes the router types of ROUTER_TYPES (a ``command`` router's hooks stay with the role).
+# them; ``type`` takes the router types of ROLE_ROUTER_TYPES: those of ROUTER_TYPES, and ``command``, whose
+# ``remove`` and ``add`` hooks (argv) the unit runs where another type's router is asked.
 ROUTER_OPTION_SPEC = dict(
     url=dict(type="list", elements="str"),
-    type=dict(type="str", default="sglang", choices=list(ROUTER_TYPES)),
+    type=dict(type="str", default="sglang", choices=list(ROLE_ROUTER_TYPES)),
+    remove=dict(type="list", elements="str"),
+    add=dict(type="list", elements="str"),
     api_key=dict(type="str", no_log=True),
     worker_url=dict(type="str"),
     timeout=dict(type="float", default=60.0),
@@ -903,14 +932,15 @@ def step_entry(step, result, listed):
     the worker is listed after it, and how a drain ended (the keys of converge()'s result that say so)."""
     entry = {"step": step, "listed": listed}
     entry.update((key, result[key]) for key in ("changed", "drain", "drained_s", "drain_value", "engine_ended",
-                                                "waited_s") if result.get(key) is not None)
+                                                "waited_s", "hook_s") if result.get(key) is not None)
     return entry
 
 
 class Membership(object):
     """An instance's place in its router(s), as inference_server's switch changes it: leave() (the removal with
     keep_healthy and its re-check, then the drain, which an engine that ends cuts short) and join() (the add,
-    waiting until listed healthy), each one converge() call, the router_worker core. ``option``: the router option;
+    waiting until listed healthy), each one converge() call, the router_worker core; for a command router, its
+    remove hook then the drain, and its add hook (run_hook). ``option``: the router option;
     ``worker_url`` the instance's URL when the option names none; ``engine_state`` its state file; ``serving`` the
     variant it serves, whose gauge in the option's drain_metric_by_variant (a stop's) the drain reads, else the
     option's drain_metric."""
@@ -923,13 +953,23 @@ class Membership(object):
                        "api_key": option.get("api_key"), "worker_url": option.get("worker_url") or worker_url,
                        "timeout": given("timeout"), "drain_metric": gauge or option.get("drain_metric"),
                        "drain_metrics_url": None, "keep_healthy": given("keep_healthy"),
-                       "drain_timeout": given("drain_timeout"), "engine_state": engine_state}
+                       "drain_timeout": given("drain_timeout"), "engine_state": engine_state,
+                       "remove": option.get("remove"), "add": option.get("add")}
         self.option = option
         self.kw = kw  # request, clock, sleep, poll (tests)
 
     @property
     def drain_timeout(self):
         return self.params["drain_timeout"]
+
+    @property
+    def lists(self):
+        """Whether the router has a list to read (not type none or command)."""
+        return self.params["router_type"] not in LISTLESS
+
+    @property
+    def hooks(self):
+        return self.params["router_type"] == COMMAND
 
     @property
     def secrets(self):
@@ -941,22 +981,62 @@ class Membership(object):
 
     def problems(self):
         found = url_problems(self.params)
+        for key, does in (("remove", "takes the instance out of"), ("add", "puts it back into")):
+            hook = self.params[key]
+            if self.hooks and not (hook and all(isinstance(arg, str) and arg for arg in hook)):
+                found.append("type command needs %s: the argv of the hook that %s the load balancer (a list of "
+                             "non-empty strings, run without a shell), got %r" % (key, does, hook))
+            elif hook and not self.hooks:
+                found.append("%s is a hook of type command only (type is %s)" % (key, self.params["router_type"]))
         for variant, gauge in sorted((self.option.get("drain_metric_by_variant") or {}).items()):
             found.extend(metric_problems("drain_metric_by_variant: variant %s's gauge" % variant, gauge))
         return ["router: %s" % problem for problem in found]
 
     def leave(self, on_removed=None):
+        if self.hooks:
+            return self._leave_by_hook(on_removed)
         return converge(dict(self.params, state="absent"), on_removed=on_removed, **self.kw)[0]
 
     def join(self):
+        if self.hooks:
+            ran = run_hook("add", self.params["add"], self.params["timeout"], self.params["worker_url"])
+            return dict(ran, changed=True, router_type=COMMAND, worker_url=self.params["worker_url"], listed=None)
         return converge(dict(self.params, state="present"), **self.kw)[0]
+
+    def _leave_by_hook(self, on_removed):
+        """A command router: its remove hook, then the drain as with no router (the engine's gauge, else the whole
+        drain_timeout). A remove hook that fails may have taken the instance out all the same: the add hook runs
+        to put it back before the error is raised (the switch stops nothing)."""
+        p = self.params
+        try:
+            ran = run_hook("remove", p["remove"], p["timeout"], p["worker_url"])
+        except RouterError as exc:
+            try:
+                run_hook("add", p["add"], p["timeout"], p["worker_url"])
+                exc.msg += "; the add hook ran to put it back"
+            except RouterError as again:
+                exc.msg += "; the add hook, run to put it back, failed too: %s" % again.msg
+            exc.result = {"changed": False, "router_type": COMMAND, "worker_url": p["worker_url"], "listed": None}
+            raise
+        if on_removed is not None:
+            on_removed()
+        kw = self.kw
+        try:
+            result = _drain_only(dict(p, state="absent", router_type="none"), Url(p["worker_url"], "worker_url"),
+                                 kw.get("request"), kw.get("clock", time.monotonic), kw.get("sleep", time.sleep),
+                                 kw.get("poll", POLL))[0]
+        except RouterError as exc:
+            exc.msg = "the remove hook took it out, but " + exc.msg
+            exc.result = dict(exc.result or {}, changed=True, router_type=COMMAND, **ran)
+            raise
+        return dict(result, changed=True, router_type=COMMAND, **ran)
 
     def read(self):
         """What the router lists of the worker, read and changed nothing (router type none: None, there is no
         list): listed (the first router lists it, healthy or not), healthy (every router lists it healthy),
         router_url and worker_url; the role's router_membership filter says the same from router_worker's
         listing. A router that cannot be read raises RouterError."""
-        if self.params["router_type"] == "none":
+        if not self.lists:
             return None
         result = converge(dict(self.params, state="present"), check_mode=True, **self.kw)[0]
         return {"listed": result.get("worker") is not None, "healthy": not result["changed"],

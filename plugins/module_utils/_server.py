@@ -348,7 +348,7 @@ def _stop_detached(ctx, record, running, changed, diff):
     pid = _switch.detach(stop, ctx.lock)
     data = _switch.await_switch(stop.data["id"], params["state_dir"], params["name"], pid=pid)
     steps = data.get("router_steps") or []
-    result["listed"] = data.get("listed") if router.params["router_type"] != "none" else None
+    result["listed"] = data.get("listed") if router.lists else None
     if steps:
         result["router_steps"] = steps
     for key in ("stopped_pids", "stopped_exit", "exit", "gpu_check"):

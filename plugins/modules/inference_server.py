@@ -440,20 +440,35 @@ options:
         be read fails the plan (C(nothing_stopped)), before anything changes.
       - With O(state=checked), an instance that serves is looked up in its router's listing too (RV(membership));
         a router that cannot be read is said there (its C(error)), and the call does not fail for it.
-      - The same settings as M(inferops.serving.router_worker), which does the same steps from the controller. A
-        router driven by command hooks is not supported here.
+      - The same settings as M(inferops.serving.router_worker), which does the same steps from the controller.
+      - A load balancer without a router API is driven by command hooks (O(router.type=command)). O(router.remove)
+        runs where another type's router is asked to take the instance out, O(router.add) where it is asked to put it
+        back, each inside the same unit (a remove hook that fails runs the add hook, and nothing is stopped). It has
+        no list to read, so RV(listed) is V(null) and O(router.keep_healthy) is not checked.
       - The key is never written to the state, journal, launch or log files.
     type: dict
     suboptions:
       url:
-        description: The router's base URL, or a list of them (routers run in pairs). Required unless O(router.type=none).
+        description: The router's base URL, or a list of them (routers run in pairs). Required unless O(router.type) is V(none) or V(command).
         type: list
         elements: str
       type:
-        description: The router's API, as M(inferops.serving.router_worker)'s O(inferops.serving.router_worker#module:router_type).
+        description:
+          - The router's API, as M(inferops.serving.router_worker)'s O(inferops.serving.router_worker#module:router_type).
+          - V(command) is a load balancer that O(router.remove) and O(router.add) drive.
         type: str
-        choices: [sglang, smg, vllm, none, auto]
+        choices: [sglang, smg, vllm, none, auto, command]
         default: sglang
+      remove:
+        description:
+          - With O(router.type=command), the argv of the program that takes this instance out of the load balancer,
+            run without a shell, its input closed; an exit other than 0, or one after O(router.timeout), fails it.
+        type: list
+        elements: str
+      add:
+        description: With O(router.type=command), the argv that puts this instance back, run as O(router.remove) is.
+        type: list
+        elements: str
       api_key:
         description: The key the router checks (sent as a bearer token), when it runs with one.
         type: str
@@ -461,7 +476,7 @@ options:
         description: The URL under which the router knows this instance; unset, C(http://HOST:PORT) of O(host) and O(port).
         type: str
       timeout:
-        description: Seconds the router may take to list or unlist the instance.
+        description: Seconds the router may take to list or unlist the instance (a command router's hook, to end).
         type: float
         default: 60
       drain_timeout:
@@ -576,7 +591,7 @@ EXAMPLES = r"""
 RETURN = r"""
 listed:
   description:
-    - With O(router), whether the router lists the instance healthy after the call (V(null) for router type V(none)).
+    - With O(router), whether the router lists the instance healthy after the call (V(null) for router types V(none) and V(command)).
   returned: when O(router) is set
   type: bool
   sample: true
@@ -586,7 +601,9 @@ membership:
       kept as it is, in every plan (check mode) its own checks do not refuse, and with O(state=checked) in one that
       serves. The serve_variant role takes the plans' readings as the instances' router membership; the controller
       does not read the router.
-  returned: when O(router) is set and the server is kept, the call is a plan, or, with O(state=checked), the server serves; for router types other than V(none)
+  returned: >-
+    when O(router) is set and the server is kept, the call is a plan, or, with O(state=checked), the server serves;
+    for router types other than V(none) and V(command)
   type: dict
   contains:
     listed:
@@ -608,7 +625,8 @@ membership:
 router_steps:
   description:
     - With O(router), each router step of the switch or the stop, as its journal keeps them (C(leave), then C(join)
-      for a switch, and for a stop whose drain did not end).
+      for a switch, and for a stop whose drain did not end); a command router's step has C(hook_s), the seconds
+      its hook took.
   returned: when a switch or a stop with O(router) ran
   type: list
   elements: dict

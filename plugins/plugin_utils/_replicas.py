@@ -388,20 +388,22 @@ def router_type(router):
 
 
 def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeout=None,
-                  drain_metric_by_variant=None):
+                  drain_metric_by_variant=None, hook_instance=None):
     """inference_server's router option for one instance's switch (issue 34: out of the router, drained, switched
     and back in, one unit under the instance lock that the host finishes) or stop (out and drained, then stopped):
     serving_router's url, type and key, the instance's worker URL, keep_healthy, the drain gauge of what it serves
     now and serving_drain_timeout. drain_metric_by_variant, the gauge per variant (drain_metric_by_variant()), is
     for a call that does not know what serves: the module drains on the gauge of the variant its state file records.
-    {} for no router, and for a command router, whose hooks the role runs around the switch (replica_out.yml,
-    replica_in.yml)."""
+    A command router's remove and add hooks go with it, each filled in for ``hook_instance`` (hook_argv()): the module
+    runs them inside the unit. {} for no router."""
     if not isinstance(router, Mapping) or not router:
         return {}
     kind = router.get("type") or DEFAULT_ROUTER
-    if kind == COMMAND:
-        return {}
     option = {"type": kind, "worker_url": worker, "keep_healthy": int(keep_healthy or 0)}
+    if kind == COMMAND:
+        option.update(remove=hook_argv(router.get("remove"), hook_instance, worker),
+                      add=hook_argv(router.get("add"), hook_instance, worker))
+        del option["keep_healthy"]  # a load balancer that hooks drive has no list to count healthy workers in
     if router.get("url"):
         option["url"] = router["url"] if isinstance(router["url"], list) else [router["url"]]
     if router.get("api_key"):

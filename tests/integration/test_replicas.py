@@ -414,7 +414,8 @@ def test_a_command_router_is_driven_by_hooks_each_instance_out_drained_switched_
     hook = [sys.executable, os.path.join(SUPPORT, "lb_hook.py"), str(log)]
     host.write(serving_router={"type": "command", "remove": hook + ["remove", "{host}", "{instance}", "{url}"],
                                "add": hook + ["add", "{host}", "{instance}", "{port}"]})
-    assert host.play("v1").rc == 0
+    first = host.play("v1")
+    assert first.rc == 0, first.stdout[-4000:]
     log.write_text("")
     run = host.play("v2")
     assert run.rc == 0, run.stdout[-4000:]
@@ -423,8 +424,15 @@ def test_a_command_router_is_driven_by_hooks_each_instance_out_drained_switched_
     assert [(c["action"], c["host"], c["args"]) for c in calls] == [
         ("remove", "127.0.0.1", ["r0", url["r0"]]), ("add", "127.0.0.1", ["r0", str(host.ports["r0"])]),
         ("remove", "127.0.0.1", ["r1", url["r1"]]), ("add", "127.0.0.1", ["r1", str(host.ports["r1"])])]
-    drains = [r["result"] for r in run.results("router_worker") if "drained_s" in r["result"]]
+    # the hooks run inside each instance's unit (inference_server's router option), not from the role
+    assert [r for r in run.results("command") if r["status"] != "skipped"] == []
+    assert [r for r in run.results("router_worker") if r["status"] != "skipped"] == []
+    steps = [step for r in run.results("inference_server") if r["status"] != "skipped"
+             for step in r["result"].get("router_steps") or []]
+    assert [(s["step"], s["listed"]) for s in steps] == [("leave", None), ("join", None)] * 2, steps
+    drains = [s for s in steps if s["step"] == "leave"]
     assert len(drains) == 2 and all(d["drain_value"] == 0.0 and d["drained_s"] is not None for d in drains)
+    assert all(s["hook_s"] >= 0 for s in steps)
     assert host.variants() == {"r0": "v2", "r1": "v2"}
 
 
@@ -799,6 +807,55 @@ def test_a_controller_killed_during_a_stops_drain_leaves_the_host_to_finish_the_
     assert host.pids()["r1"] == before["r1"] and os.path.exists("/proc/%d" % before["r1"])
     assert r0 not in listed(router.url)
     assert load.failed == 0, load.errors[:5]
+
+
+@pytest.mark.timeout(600)
+def test_a_controller_killed_while_a_command_router_s_instance_drains_leaves_the_host_to_put_it_back(
+        replicas, ansible_env, tmp_path):
+    """Behind a load balancer that hooks drive (serving_router type command), the remove hook, the drain, the switch
+    and the add hook are one unit the host finishes (issue 34 item 2): the controller killed while r0 drains a
+    stream, the host still switches r0 and runs its add hook, with no re-run."""
+    import threading
+    host = replicas(names=("r0", "r1"))
+    log = host.tmp_path / "lb.jsonl"
+    hook = [sys.executable, os.path.join(SUPPORT, "lb_hook.py"), str(log)]
+    host.write(serving_router={"type": "command", "remove": hook + ["remove", "{host}", "{instance}"],
+                               "add": hook + ["add", "{host}", "{instance}"]})
+    first = host.play("v1")
+    assert first.rc == 0, first.stdout[-4000:]
+    before = host.pids()
+    log.write_text("")
+
+    def calls():
+        return [(c["action"], c["args"][0]) for c in map(json.loads, log.read_text().splitlines())]
+    streamed = []
+    # one stream straight to r0 of 4000 tokens at 2 ms each (about 8 s): r0's drain waits for it
+    slow = threading.Thread(target=lambda: streamed.append(long_request(host.ports["r0"], 4000)))
+    slow.start()
+    time.sleep(0.5)
+    proc, out = start_play(host, ansible_env, tmp_path, "v2", instances="r0")
+    # r0's remove hook ran while its stream still runs: its drain is under way
+    draining = wait_for(lambda: calls() == [("remove", "r0")] and not streamed, 120)
+    time.sleep(0.5)
+    killed = kill_controller(proc)  # the controller dies: ansible-playbook, its workers and its module processes
+    assert draining and not streamed, "r0's remove hook ran during its stream: %s" % out.read_text()[-3000:]
+    done = wait_for(lambda: (journal(host, "r0").get("target") or {}).get("variant") == "v2"
+                    and journal(host, "r0").get("outcome"), 60, poll=0.2)
+    slow.join(timeout=120)
+    time.sleep(1)
+    data = journal(host, "r0")
+    print("controller killed while r0 drained behind a command router; the host ended %s; hooks run %s; r0 serves "
+          "%s; %d processes killed" % (done, calls(), (host.record("r0") or {}).get("variant"), len(killed)))
+    assert data["outcome"] == "ready", data
+    assert [p for p, _t in data["phases"]][:2] == ["leaving_router", "draining"]
+    assert [p for p, _t in data["phases"]][-2:] == ["joining_router", "done"]
+    assert [(s["step"], s["listed"]) for s in data["router_steps"]] == [("leave", None), ("join", None)], data
+    assert data["router_steps"][0]["drained_s"] > 1.0, "the drain waited for r0's stream"
+    assert calls() == [("remove", "r0"), ("add", "r0")], "the host ran r0's add hook, with no re-run"
+    assert streamed and streamed[0][0] == 200, "the request in flight on r0 ran to its end before r0 stopped"
+    record = host.record("r0")
+    assert record["variant"] == "v2" and record["pid"] != before["r0"] and os.path.exists("/proc/%d" % record["pid"])
+    assert host.pids()["r1"] == before["r1"]
 
 
 def long_request(port, tokens):

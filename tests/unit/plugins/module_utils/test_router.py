@@ -9,6 +9,7 @@ on a fake clock; and the client over real HTTP against a small local server (the
 from __future__ import annotations
 
 import json
+import sys
 import threading
 
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -582,3 +583,66 @@ def test_router_type_none_drains_without_asking_a_router(clock):
 def test_router_url_is_required_unless_router_type_none():
     assert _router.url_problems(params(router_url=None))[0].startswith("router_url is required with router_type sglang")
     assert _router.url_problems(params(router_url=None, router_type="none")) == []
+
+
+# ---- a command router: the remove and add hooks run by the instance's unit (inference_server's router option)
+def hook(log, name, code=0, sleep_s=0.0, say=""):
+    """The argv of a real process that appends NAME to LOG, prints SAY, sleeps, and exits with CODE."""
+    script = ("import sys, time; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n'); print(sys.argv[3]); "
+              "time.sleep(float(sys.argv[4])); sys.exit(int(sys.argv[5]))")
+    return [sys.executable, "-c", script, str(log), name, say or "-", str(sleep_s), str(code)]
+
+
+def command_router(log, drain_timeout=0.0, **hooks):
+    option = {"type": "command", "remove": hook(log, "remove"), "add": hook(log, "add"),
+              "drain_timeout": drain_timeout, "timeout": 5.0}
+    option.update(hooks)
+    return _router.Membership(option, "http://127.0.0.1:9", None)
+
+
+def test_a_command_router_s_leave_runs_its_remove_hook_then_drains_and_its_join_runs_the_add_hook(tmp_path):
+    log = tmp_path / "lb.log"
+    removed = []
+    membership = command_router(log)
+    assert not membership.lists and membership.read() is None and membership.problems() == []
+    left = membership.leave(on_removed=lambda: removed.append(log.read_text().split()))
+    assert removed == [["remove"]], "on_removed: after the remove hook, before the drain"
+    assert left["changed"] is True and left["router_type"] == "command" and left["listed"] is None
+    assert left["hook"] == "remove" and left["hook_s"] >= 0 and "drain_timeout of 0s" in left["drain"]
+    joined = membership.join()
+    assert joined["hook"] == "add" and joined["listed"] is None and joined["changed"] is True
+    assert log.read_text().split() == ["remove", "add"]
+    assert _router.step_entry("leave", left, None)["hook_s"] == left["hook_s"]
+
+
+def test_a_remove_hook_that_fails_runs_the_add_hook_and_says_both(tmp_path):
+    log = tmp_path / "lb.log"
+    removed = []
+    membership = command_router(log, remove=hook(log, "remove", code=3, say="backend r0 not found"))
+    with pytest.raises(_router.RouterError) as err:
+        membership.leave(on_removed=lambda: removed.append(True))
+    assert "remove hook for http://127.0.0.1:9" in err.value.msg and "exited 3: backend r0 not found" in err.value.msg
+    assert err.value.msg.endswith("; the add hook ran to put it back")
+    assert err.value.result["listed"] is None and removed == []
+    assert log.read_text().split() == ["remove", "add"]
+
+
+def test_a_hook_that_outlives_its_timeout_is_killed_and_one_that_cannot_run_is_said(tmp_path):
+    log = tmp_path / "lb.log"
+    option = {"type": "command", "remove": hook(log, "remove"), "add": hook(log, "add", sleep_s=30), "timeout": 0.5}
+    with pytest.raises(_router.RouterError, match=r"the router's add hook .* did not end within 0.5s: it was killed"):
+        _router.Membership(option, "http://127.0.0.1:9", None).join()
+    missing = dict(option, add=[str(tmp_path / "no-such-program")])
+    with pytest.raises(_router.RouterError, match=r"could not be run: .*No such file"):
+        _router.Membership(missing, "http://127.0.0.1:9", None).join()
+
+
+@pytest.mark.parametrize("option, problem", [
+    ({"type": "command", "add": ["lb", "add"]}, "type command needs remove: the argv of the hook that takes the instance out"),
+    ({"type": "command", "remove": ["lb", "rm"], "add": []}, "type command needs add: the argv of the hook that puts it back"),
+    ({"type": "command", "remove": ["lb", ""], "add": ["lb"]}, "a list of non-empty strings"),
+    ({"type": "sglang", "url": ["http://127.0.0.1:30000"], "add": ["lb"]}, "add is a hook of type command only (type is sglang)"),
+], ids=["no-remove", "empty-add", "empty-argument", "hook-without-command"])
+def test_a_command_router_needs_both_hooks_and_no_url(option, problem):
+    found = _router.Membership(option, "http://127.0.0.1:9", None).problems()
+    assert len(found) == 1 and problem in found[0], found

@@ -915,14 +915,22 @@ def test_every_router_type_is_taken(kind):
     assert rp.router_problems({"type": "none"}) == []  # no router API: no URL needed
 
 
-def test_switch_router_is_inference_server_s_router_option_and_none_for_command_routers():
+def test_switch_router_is_inference_server_s_router_option_with_a_command_router_s_hooks_filled_in():
     router = {"type": "smg", "url": "http://10.0.0.5:30000", "api_key": "k"}
     assert rp.switch_router(router, "http://10.0.0.7:30001", 1, "sglang:num_running_reqs", 20) == {
         "type": "smg", "url": ["http://10.0.0.5:30000"], "api_key": "k", "worker_url": "http://10.0.0.7:30001",
         "keep_healthy": 1, "drain_metric": "sglang:num_running_reqs", "drain_timeout": 20.0}
     assert rp.switch_router({"url": ["http://a:1", "http://b:1"]}, "http://w:2") == {
         "type": "sglang", "url": ["http://a:1", "http://b:1"], "worker_url": "http://w:2", "keep_healthy": 0}
-    assert rp.switch_router({"type": "command", "remove": ["x"], "add": ["y"]}, "http://w:2") == {}
+    # a command router: its hooks, filled in for the instance, for the module to run inside the unit (no keep_healthy:
+    # there is no list to count in)
+    hooks = {"type": "command", "remove": ["lb", "rm", "{instance}", "{url}"], "add": ["lb", "add", "{host}:{port}"]}
+    instance = {"instance": "r0", "name": "demo.r0", "port": 30001}
+    assert rp.switch_router(hooks, "http://10.0.0.7:30001", 1, "", 20, hook_instance=instance) == {
+        "type": "command", "worker_url": "http://10.0.0.7:30001", "drain_timeout": 20.0,
+        "remove": ["lb", "rm", "r0", "http://10.0.0.7:30001"], "add": ["lb", "add", "10.0.0.7:30001"]}
+    with pytest.raises(rp.PlanError, match="must be a non-empty list of strings"):
+        rp.switch_router({"type": "command", "remove": "lb rm", "add": ["lb"]}, "http://w:2", hook_instance=instance)
     assert rp.switch_router({}, "http://w:2") == {} and rp.switch_router(None, "http://w:2") == {}
     # a stop's: the gauge per variant, for the host to pick by what its state file records
     gauges = {"a": "sglang:num_running_reqs", "b": "vllm:num_requests_running"}
