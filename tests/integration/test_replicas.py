@@ -436,6 +436,43 @@ def test_a_command_router_is_driven_by_hooks_each_instance_out_drained_switched_
     assert host.variants() == {"r0": "v2", "r1": "v2"}
 
 
+def test_a_stop_behind_a_command_router_runs_its_remove_hook_in_the_unit_and_one_that_fails_stops_nothing(replicas):
+    """stop.yml behind a load balancer that hooks drive: one module call per instance runs its remove hook, drains it
+    and stops it (the journal's phases); a remove hook that fails runs the add hook and stops nothing."""
+    host = replicas(names=("r0", "r1"))
+    log = host.tmp_path / "lb.jsonl"
+    hook = [sys.executable, os.path.join(SUPPORT, "lb_hook.py"), str(log)]
+    good = {"type": "command", "remove": hook + ["remove", "{host}", "{instance}"], "add": hook + ["add", "{host}", "{instance}"]}
+    host.write(serving_router=good)
+    first = host.play("v1")
+    assert first.rc == 0, first.stdout[-4000:]
+    before = host.pids()
+    log.write_text("")
+
+    def calls():
+        return [(c["action"], c["args"][0]) for c in map(json.loads, log.read_text().splitlines())]
+    failing = [sys.executable, "-c", "import sys; print('backend {instance} is locked'); sys.exit(3)"]
+    host.write(serving_router=dict(good, remove=failing))
+    refused = host.play(None, playbook=STOP, instances="r0")
+    assert refused.rc != 0, refused.stdout[-3000:]
+    text = " ".join(refused.stdout.split())
+    assert "exited 3: backend r0 is locked; the add hook ran to put it back" in text, text[-3000:]
+    assert "nothing was stopped" in text
+    assert calls() == [("add", "r0")] and host.pids() == before, "nothing stopped; the add hook ran"
+    log.write_text("")
+    host.write(serving_router=good)
+    run = host.play(None, playbook=STOP, instances="r0")
+    assert run.rc == 0, run.stdout[-4000:]
+    assert calls() == [("remove", "r0")], "the remove hook ran once, from the module: %s" % calls()
+    assert [r for r in run.results("command") if r["status"] != "skipped"] == []
+    data = journal(host, "r0")
+    assert data.get("what") == "stop" and data["outcome"] == "stopped", data
+    assert [p for p, _t in data["phases"]] == ["leaving_router", "draining", "stopping", "checking_gpus", "done"], data
+    assert [(s["step"], s["listed"]) for s in data["router_steps"]] == [("leave", None)], data
+    assert not os.path.exists("/proc/%d" % before["r0"]) and port_free(host.ports["r0"])
+    assert host.pids()["r1"] == before["r1"] and os.path.exists("/proc/%d" % before["r1"])
+
+
 def test_bench_measures_each_replica_then_the_whole_through_the_router(router, replicas):
     host = started_behind(router, replicas)
     bench = {"concurrency": [2], "requests_per_level": 4, "input_tokens": 8, "output_tokens": 8, "warmup": 0}
