@@ -46,9 +46,9 @@ def warm(names=ROLE_MODULES):
     (_AnsibleCollectionPkgLoaderBase.get_code, ansible-core 2.19 lib/ansible/utils/collection_loader/
     _collection_finder.py), and each task runs in a worker forked from the controller's main process. So every
     task that uses one of the roles' filters compiled the same modules again: in 6 workers of one idempotent run
-    of switch_variant.yml, 0.14 s of compile() by a log of the loader's get_code, besides executing them. Imported once in the main process, before the play's first task,
-    they are inherited by every worker. A module that fails to import is left to its filter, which reports
-    the error in the task that uses it.
+    of switch_variant.yml, 0.14 s of compile() by a log of the loader's get_code, besides executing them.
+    Imported once in the main process, before the play's first task, they are inherited by every worker. A module
+    that fails to import is left to its filter, which reports the error in the task that uses it.
     """
     done = []
     for name in names:
