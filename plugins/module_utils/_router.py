@@ -52,8 +52,8 @@ from urllib.parse import quote, urlsplit
 
 from ansible_collections.inferops.serving.plugins.module_utils import _http, _metrics, _procs
 
-# The one list of router types: router_worker's router_type choices and the role's check of
-# serving_router.type (which also takes its own role-only "command", the argv hooks: ROLE_ROUTER_TYPES).
+# The one list of router types: router_worker's router_type choices; the role's check of serving_router.type and
+# inference_server's router option also take "command", the argv hooks (ROLE_ROUTER_TYPES).
 # sglang: sglang-router 0.3.2; smg: the Shepherd Model Gateway 1.13.0; vllm: vllm-router 0.1.17; none: no router
 # API (a load balancer that hooks drive): the drain alone; auto: identified from the router's own answers.
 ROUTER_TYPES = ("sglang", "smg", "vllm", "none", "auto")
@@ -720,8 +720,9 @@ def run_hook(which, argv, timeout, worker, run=subprocess.run, clock=time.monoto
     start = clock()
     what = "the router's %s hook for %s (%s)" % (which, worker, argv[0])
     try:
-        proc = run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                   timeout=timeout, check=False)
+        # not the module's run_command, which has no timeout: a hook that hangs must not hold the instance's lock
+        proc = run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
+                   stderr=subprocess.STDOUT, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise RouterError("%s did not end within %gs: it was killed" % (what, timeout))
     except OSError as exc:

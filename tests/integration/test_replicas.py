@@ -436,21 +436,32 @@ def test_a_command_router_is_driven_by_hooks_each_instance_out_drained_switched_
     assert host.variants() == {"r0": "v2", "r1": "v2"}
 
 
-def test_a_stop_behind_a_command_router_runs_its_remove_hook_in_the_unit_and_one_that_fails_stops_nothing(replicas):
-    """stop.yml behind a load balancer that hooks drive: one module call per instance runs its remove hook, drains it
-    and stops it (the journal's phases); a remove hook that fails runs the add hook and stops nothing."""
+def behind_hooks(replicas):
+    """Two replicas on v1 behind a load balancer that hooks drive (serving_router type command, tests/support/
+    lb_hook.py logging each call): (host, the hooks' router, their pids, calls), calls(clear=False) the hooks run
+    since, [(action, instance)], forgotten after this reading with clear."""
     host = replicas(names=("r0", "r1"))
     log = host.tmp_path / "lb.jsonl"
     hook = [sys.executable, os.path.join(SUPPORT, "lb_hook.py"), str(log)]
-    good = {"type": "command", "remove": hook + ["remove", "{host}", "{instance}"], "add": hook + ["add", "{host}", "{instance}"]}
-    host.write(serving_router=good)
+    hooks = {"type": "command", "remove": hook + ["remove", "{host}", "{instance}"],
+             "add": hook + ["add", "{host}", "{instance}"]}
+    host.write(serving_router=hooks)
     first = host.play("v1")
     assert first.rc == 0, first.stdout[-4000:]
-    before = host.pids()
     log.write_text("")
 
-    def calls():
-        return [(c["action"], c["args"][0]) for c in map(json.loads, log.read_text().splitlines())]
+    def calls(clear=False):
+        found = [(c["action"], c["args"][0]) for c in map(json.loads, log.read_text().splitlines())]
+        if clear:
+            log.write_text("")
+        return found
+    return host, hooks, host.pids(), calls
+
+
+def test_a_stop_behind_a_command_router_runs_its_remove_hook_in_the_unit_and_one_that_fails_stops_nothing(replicas):
+    """stop.yml behind a load balancer that hooks drive: one module call per instance runs its remove hook, drains it
+    and stops it (the journal's phases); a remove hook that fails runs the add hook and stops nothing."""
+    host, good, before, calls = behind_hooks(replicas)
     failing = [sys.executable, "-c", "import sys; print('backend {instance} is locked'); sys.exit(3)"]
     host.write(serving_router=dict(good, remove=failing))
     refused = host.play(None, playbook=STOP, instances="r0")
@@ -458,8 +469,7 @@ def test_a_stop_behind_a_command_router_runs_its_remove_hook_in_the_unit_and_one
     text = " ".join(refused.stdout.split())
     assert "exited 3: backend r0 is locked; the add hook ran to put it back" in text, text[-3000:]
     assert "nothing was stopped" in text
-    assert calls() == [("add", "r0")] and host.pids() == before, "nothing stopped; the add hook ran"
-    log.write_text("")
+    assert calls(clear=True) == [("add", "r0")] and host.pids() == before, "nothing stopped; the add hook ran"
     host.write(serving_router=good)
     run = host.play(None, playbook=STOP, instances="r0")
     assert run.rc == 0, run.stdout[-4000:]
@@ -853,18 +863,7 @@ def test_a_controller_killed_while_a_command_router_s_instance_drains_leaves_the
     and the add hook are one unit the host finishes (issue 34 item 2): the controller killed while r0 drains a
     stream, the host still switches r0 and runs its add hook, with no re-run."""
     import threading
-    host = replicas(names=("r0", "r1"))
-    log = host.tmp_path / "lb.jsonl"
-    hook = [sys.executable, os.path.join(SUPPORT, "lb_hook.py"), str(log)]
-    host.write(serving_router={"type": "command", "remove": hook + ["remove", "{host}", "{instance}"],
-                               "add": hook + ["add", "{host}", "{instance}"]})
-    first = host.play("v1")
-    assert first.rc == 0, first.stdout[-4000:]
-    before = host.pids()
-    log.write_text("")
-
-    def calls():
-        return [(c["action"], c["args"][0]) for c in map(json.loads, log.read_text().splitlines())]
+    host, dummy, before, calls = behind_hooks(replicas)
     streamed = []
     # one stream straight to r0 of 4000 tokens at 2 ms each (about 8 s): r0's drain waits for it
     slow = threading.Thread(target=lambda: streamed.append(long_request(host.ports["r0"], 4000)))
