@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -128,6 +129,22 @@ def test_a_plan_that_would_switch_reads_what_its_router_lists(capsys, tmp_path, 
     monkeypatch.undo()  # router type none: the real read, which has no list to read
     rc, out = plan(capsys, tmp_path, spec=SPEC, router={"type": "none"})
     assert rc == 0 and out["listed"] is None and "membership" not in out
+
+
+def test_a_command_router_s_plan_runs_no_hook_and_its_option_needs_both_hooks(capsys, tmp_path):
+    """router type command (a load balancer that argv hooks drive): a plan, a stop's plan included, runs neither
+    hook and has no list to read (listed null); the option without its hooks is refused, naming them."""
+    ran = tmp_path / "ran"
+    hook = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write('ran')", str(ran)]
+    hooks = {"type": "command", "remove": hook, "add": hook}
+    rc, out = plan(capsys, tmp_path, spec=SPEC, router=hooks)
+    assert rc == 0 and out["changed"] is True and out["listed"] is None and "membership" not in out, out
+    rc, out = stop(capsys, tmp_path, check=True, router=hooks)
+    assert rc == 0 and out["changed"] is False and out["listed"] is None, out
+    assert not ran.exists(), "a plan runs no hook"
+    rc, out = plan(capsys, tmp_path, spec=SPEC, router={"type": "command", "add": hook})
+    assert rc == 1 and "router: type command needs remove: the argv of the hook that takes the instance out" in out["msg"]
+    assert not ran.exists()
 
 
 def test_a_plan_whose_router_cannot_be_read_is_refused_naming_the_router(capsys, tmp_path, monkeypatch):
