@@ -1021,11 +1021,8 @@ class Membership(object):
             raise
         if on_removed is not None:
             on_removed()
-        kw = self.kw
         try:
-            result = _drain_only(dict(p, state="absent", router_type="none"), Url(p["worker_url"], "worker_url"),
-                                 kw.get("request"), kw.get("clock", time.monotonic), kw.get("sleep", time.sleep),
-                                 kw.get("poll", POLL))[0]
+            result = converge(dict(p, state="absent", router_type="none"), **self.kw)[0]
         except RouterError as exc:
             exc.msg = "the remove hook took it out, but " + exc.msg
             exc.result = dict(exc.result or {}, changed=True, router_type=COMMAND, **ran)

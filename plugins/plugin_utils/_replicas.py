@@ -315,9 +315,9 @@ def instances_plan(instances, serving_name, selected="all", port=8000, gpu_check
 # ---- the router before the instances (serving_router) ------------------------------------------
 
 # The router types an inventory may name: _router.ROLE_ROUTER_TYPES, router_worker's own (ROUTER_TYPES: sglang,
-# smg, vllm, auto, and none, its mode without a router API) and the role's command (argv hooks drive any other
-# load balancer; the drain is then router_worker's router_type none). A router type added there needs no edit here.
-COMMAND = "command"
+# smg, vllm, auto, and none, its mode without a router API) and command (argv hooks drive any other load balancer,
+# run by inference_server's router option). A router type added there needs no edit here.
+COMMAND = _router.COMMAND
 # no router API: router_worker only waits for the drain (a load balancer the operator drives otherwise)
 NO_ROUTER = "none"
 DEFAULT_ROUTER = "sglang"
@@ -399,11 +399,12 @@ def switch_router(router, worker, keep_healthy=0, drain_metric=None, drain_timeo
     if not isinstance(router, Mapping) or not router:
         return {}
     kind = router.get("type") or DEFAULT_ROUTER
-    option = {"type": kind, "worker_url": worker, "keep_healthy": int(keep_healthy or 0)}
-    if kind == COMMAND:
+    option = {"type": kind, "worker_url": worker}
+    if kind == COMMAND:  # no keep_healthy: a load balancer that hooks drive has no list to count healthy workers in
         option.update(remove=hook_argv(router.get("remove"), hook_instance, worker),
                       add=hook_argv(router.get("add"), hook_instance, worker))
-        del option["keep_healthy"]  # a load balancer that hooks drive has no list to count healthy workers in
+    else:
+        option["keep_healthy"] = int(keep_healthy or 0)
     if router.get("url"):
         option["url"] = router["url"] if isinstance(router["url"], list) else [router["url"]]
     if router.get("api_key"):
